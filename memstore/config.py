@@ -1,0 +1,158 @@
+"""``MemoryConfig``: one validated model built from YAML and ``MEMSTORE_*`` environment variables."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from memstore.errors import ConfigError
+
+ENV_PREFIX = "MEMSTORE_"
+CONFIG_PATH_ENV = "MEMSTORE_CONFIG"
+SQL_STORAGE_CLASS = "memstore.storage.sql.SqlMemoryStorage"
+FILE_STORAGE_CLASS = "memstore.storage.file.FileMemoryStorage"
+
+
+class MemoryConfig(BaseModel):
+    """Every memstore setting. Field names and defaults follow the reference pipeline."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    enabled: bool = True
+    storage_class: str = FILE_STORAGE_CLASS
+    storage_path: str = Field(
+        default="",
+        description="File provider only: path of the legacy global document (no user, no agent); "
+        "relative paths resolve against data_dir.",
+    )
+    data_dir: str = "./.memstore"
+    database_url: str | None = None
+    auto_migrate: bool = False
+    debounce_seconds: int = Field(default=30, ge=1, le=300)
+    model_name: str | None = None
+    max_facts: int = Field(default=100, ge=10, le=500)
+    fact_confidence_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
+    mode: Literal["middleware", "tool"] = "middleware"
+    injection_enabled: bool = True
+    max_injection_tokens: int = Field(default=2000, ge=100, le=8000)
+    token_counting: Literal["tiktoken", "char"] = "tiktoken"
+    guaranteed_categories: list[str] = Field(default_factory=lambda: ["correction"])
+    guaranteed_token_budget: int = Field(default=500, ge=50, le=2000)
+    shutdown_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    llm_base_url: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    llm_json_mode: bool = True
+    extractor: Literal["auto", "llm", "rules"] = "auto"
+
+    @field_validator("shutdown_timeout_seconds", "llm_timeout_seconds", "fact_confidence_threshold")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError("must be a finite number")
+        return value
+
+    @field_validator("storage_class")
+    @classmethod
+    def _dotted_path(cls, value: str) -> str:
+        if "." not in value.strip():
+            raise ValueError("must be a dotted class path such as memstore.storage.sql.SqlMemoryStorage")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _api_key_from_environment(self) -> MemoryConfig:
+        if self.llm_api_key is None and os.environ.get("OPENAI_API_KEY"):
+            # Bypass validate_assignment: re-entering validation here would recurse.
+            object.__setattr__(self, "llm_api_key", SecretStr(os.environ["OPENAI_API_KEY"]))
+        return self
+
+
+def _env_value(field: str, raw: str) -> Any:
+    """Turn an environment string into what pydantic expects for ``field``."""
+    if raw == "" and field in {"database_url", "model_name", "llm_base_url", "llm_api_key"}:
+        return None
+    if field == "guaranteed_categories":
+        stripped = raw.strip()
+        if stripped.startswith("["):
+            return json.loads(stripped)
+        return [part.strip() for part in stripped.split(",") if part.strip()]
+    return raw
+
+
+def _read_yaml_section(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"memory config file not found: {path}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"memory config file {path} is not valid YAML: {exc}") from exc
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"memory config file {path} must be a mapping with a 'memory:' section")
+    section = loaded.get("memory") or {}
+    if not isinstance(section, dict):
+        raise ConfigError(f"'memory' in {path} must be a mapping, got {type(section).__name__}")
+    return section
+
+
+def build_memory_config(values: dict[str, Any], *, origin: str = "memory config") -> MemoryConfig:
+    """Validate ``values``, turning pydantic's error into one message that names each bad field."""
+    try:
+        return MemoryConfig(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"invalid {origin}: {problems}") from exc
+
+
+def load_memory_config(path: str | os.PathLike[str] | None = None) -> MemoryConfig:
+    """Read the YAML file (argument, else ``$MEMSTORE_CONFIG``), then let ``MEMSTORE_<FIELD>`` win."""
+    values: dict[str, Any] = {}
+    config_path = path if path is not None else os.environ.get(CONFIG_PATH_ENV)
+    if config_path:
+        values.update(_read_yaml_section(Path(config_path)))
+    for field in MemoryConfig.model_fields:
+        raw = os.environ.get(ENV_PREFIX + field.upper())
+        if raw is not None:
+            try:
+                values[field] = _env_value(field, raw)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"invalid memory config: {field}: {exc}") from exc
+    return build_memory_config(values)
+
+
+_config: MemoryConfig | None = None
+_config_lock = threading.Lock()
+
+
+def get_memory_config() -> MemoryConfig:
+    """The process-wide config, loaded from file and environment on first use."""
+    global _config
+    with _config_lock:
+        if _config is None:
+            _config = load_memory_config()
+        return _config
+
+
+def set_memory_config(config: MemoryConfig | None) -> None:
+    """Replace the process-wide config; ``None`` makes the next ``get_memory_config`` reload it."""
+    global _config
+    with _config_lock:
+        _config = config

@@ -1,0 +1,53 @@
+"""The memory document: the JSON interchange shape every storage provider loads and saves."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+MemoryDocument = dict[str, Any]
+
+DOCUMENT_VERSION = "1.0"
+USER_SECTIONS = ("workContext", "personalContext", "topOfMind")
+HISTORY_SECTIONS = ("recentMonths", "earlierContext", "longTermBackground")
+SECTION_GROUPS: dict[str, tuple[str, ...]] = {"user": USER_SECTIONS, "history": HISTORY_SECTIONS}
+FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "correction")
+
+
+def utc_now_iso_z() -> str:
+    """UTC now as ISO-8601 with a ``Z`` suffix, the timestamp format stored in documents."""
+    return datetime.now(UTC).isoformat().removesuffix("+00:00") + "Z"
+
+
+def create_empty_memory() -> MemoryDocument:
+    """A fresh document; a new dict each call so callers can mutate it freely."""
+    return {
+        "version": DOCUMENT_VERSION,
+        "lastUpdated": utc_now_iso_z(),
+        "user": {name: {"summary": "", "updatedAt": ""} for name in USER_SECTIONS},
+        "history": {name: {"summary": "", "updatedAt": ""} for name in HISTORY_SECTIONS},
+        "facts": [],
+    }
+
+
+def fact_content_key(content: str) -> str:
+    """The dedup key: two facts are the same fact when their keys are equal."""
+    return content.strip().casefold()
+
+
+def coerce_confidence(raw: object, default: float = 0.5) -> float:
+    """Read a stored confidence defensively: garbage ranks as ``default``, numbers clamp to [0, 1].
+
+    Stored documents written by other tools carry null, bool, string or non-finite
+    confidences; one helper used at every read keeps sorting and trimming stable.
+    """
+    if raw is None or isinstance(raw, bool):
+        return default
+    try:
+        value = float(raw)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return default
+    if not math.isfinite(value):
+        return default
+    return min(1.0, max(0.0, value))

@@ -1,0 +1,13 @@
+"""Exception types that callers are expected to catch by name."""
+
+
+class MemstoreError(Exception):
+    """Base class so a gateway can catch every memstore failure in one clause."""
+
+
+class ConfigError(MemstoreError, ValueError):
+    """Raised at startup for configuration that cannot work; the message names the field."""
+
+
+class InvalidScopeError(MemstoreError, ValueError):
+    """A user id or agent name that could escape its scope (path traversal, bad characters)."""

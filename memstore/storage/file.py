@@ -1,0 +1,137 @@
+"""``FileMemoryStorage``: one JSON file per scope, in the reference's directory layout."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+
+from memstore.config import get_memory_config
+from memstore.document import MemoryDocument, create_empty_memory, utc_now_iso_z
+from memstore.scope import Scope, resolve_scope
+from memstore.storage.base import MemoryStorage
+
+logger = logging.getLogger(__name__)
+
+FILE_NAME = "memory.json"
+# (inode, mtime_ns, size): an atomic rename always brings a new inode, so a replaced file
+# is noticed even when mtime granularity is coarse and the size happens to match.
+_FileStamp = tuple[int, int, int]
+
+
+class FileMemoryStorage(MemoryStorage):
+    """Documents under ``base_dir`` (default: ``data_dir``), written atomically.
+
+    Layout: ``memory.json`` (no user, no agent), ``agents/<agent>/memory.json``,
+    ``users/<user>/memory.json`` and ``users/<user>/agents/<agent>/memory.json``.
+    """
+
+    def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
+        config = get_memory_config()
+        self._base_dir = Path(base_dir if base_dir is not None else config.data_dir)
+        self._global_path = self._base_dir / (config.storage_path or FILE_NAME)
+        self._cache: dict[Scope, tuple[_FileStamp, MemoryDocument]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def base_dir(self) -> Path:
+        return self._base_dir
+
+    def path_for(self, agent_name: str | None = None, *, user_id: str | None = None) -> Path:
+        user, agent = resolve_scope(agent_name, user_id)
+        if user is None:
+            return self._global_path if agent is None else self._base_dir / "agents" / agent / FILE_NAME
+        user_dir = self._base_dir / "users" / user
+        return user_dir / FILE_NAME if agent is None else user_dir / "agents" / agent / FILE_NAME
+
+    def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+        return self._read(resolve_scope(agent_name, user_id), use_cache=True)
+
+    def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+        return self._read(resolve_scope(agent_name, user_id), use_cache=False)
+
+    def save(
+        self, memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> bool:
+        scope = resolve_scope(agent_name, user_id)
+        path = self.path_for(scope[1], user_id=scope[0])
+        document = dict(memory)
+        document["lastUpdated"] = utc_now_iso_z()
+        try:
+            text = json.dumps(document, ensure_ascii=False, indent=2)
+        except (TypeError, ValueError) as exc:
+            logger.error("memory for scope %s is not JSON-serialisable, not saved: %s", scope, exc)
+            return False
+        try:
+            stamp = _write_atomically(path, text)
+        except OSError as exc:
+            logger.error("failed to save memory to %s: %s", path, exc)
+            return False
+        with self._lock:
+            self._cache[scope] = (stamp, json.loads(text))
+        return True
+
+    def _read(self, scope: Scope, *, use_cache: bool) -> MemoryDocument:
+        path = self.path_for(scope[1], user_id=scope[0])
+        try:
+            stat = path.stat()
+        except FileNotFoundError:
+            with self._lock:
+                self._cache.pop(scope, None)
+            return create_empty_memory()
+        stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if use_cache:
+            with self._lock:
+                cached = self._cache.get(scope)
+            if cached is not None and cached[0] == stamp:
+                return copy.deepcopy(cached[1])
+        document = _parse_file(path)
+        with self._lock:
+            self._cache[scope] = (stamp, document)
+        return copy.deepcopy(document)
+
+
+def _parse_file(path: Path) -> MemoryDocument:
+    """Parse a document file; a corrupt one reads as empty and stays on disk for inspection."""
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        logger.warning(
+            "memory file %s is unreadable (%s); treating it as empty until the next save", path, exc
+        )
+        return create_empty_memory()
+    if not isinstance(loaded, dict):
+        logger.warning(
+            "memory file %s holds a %s, not a document; treating it as empty until the next save",
+            path,
+            type(loaded).__name__,
+        )
+        return create_empty_memory()
+    return loaded
+
+
+def _write_atomically(path: Path, text: str) -> _FileStamp:
+    """Write via a unique temp file, fsync, rename, fsync the directory; readers never see a torn file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".memory.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+            # Stat the file we wrote, not the path: another writer may replace it right after.
+            stat = os.fstat(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return (stat.st_ino, stat.st_mtime_ns, stat.st_size)

@@ -1,0 +1,129 @@
+"""A local OpenAI-compatible chat-completions server for tests.
+
+The real ``openai`` client talks to it over HTTP, so requests go through the same code
+path as production. Tests script the replies and read back what the server received.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+# A reply is the assistant message content, or a callable that builds it from the request body.
+Reply = str | Callable[[dict[str, Any]], str]
+
+
+@dataclass
+class ScriptedError:
+    """Answer one request with an HTTP error instead of a completion."""
+
+    status: int
+    message: str = "scripted error"
+
+
+@dataclass
+class OpenAIStubServer:
+    """State shared between the test and the handler thread."""
+
+    base_url: str = ""
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    default_reply: Reply | None = None
+    _replies: deque[Reply | ScriptedError] = field(default_factory=deque)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def script(self, *replies: Reply | ScriptedError) -> None:
+        """Queue replies, consumed one per request in order; then ``default_reply`` applies."""
+        with self._lock:
+            self._replies.extend(replies)
+
+    def next_reply(self, body: dict[str, Any]) -> Reply | ScriptedError:
+        with self._lock:
+            self.requests.append(body)
+            if self._replies:
+                return self._replies.popleft()
+        if self.default_reply is None:
+            return ScriptedError(500, "no scripted reply left")
+        return self.default_reply
+
+    def prompts(self) -> list[str]:
+        """The user-visible text of every request received, in order."""
+        with self._lock:
+            return [
+                "\n".join(str(message.get("content", "")) for message in body.get("messages", []))
+                for body in self.requests
+            ]
+
+
+def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        disable_nagle_algorithm = True
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Keep pytest output clean."""
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, {"error": {"message": f"unknown path {self.path}"}})
+                return
+            reply = state.next_reply(body)
+            if isinstance(reply, ScriptedError):
+                self._send(reply.status, {"error": {"message": reply.message, "type": "scripted"}})
+                return
+            content = reply(body) if callable(reply) else reply
+            self._send(
+                200,
+                {
+                    "id": "chatcmpl-test",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", "test-model"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": {"role": "assistant", "content": content},
+                            "finish_reason": "stop",
+                        }
+                    ],
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+                },
+            )
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+class RunningServer:
+    """Context manager that serves ``state`` on an ephemeral loopback port."""
+
+    def __init__(self) -> None:
+        self.state = OpenAIStubServer()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self.state))
+        self._server.daemon_threads = True
+        host, port = self._server.server_address[:2]
+        self.state.base_url = f"http://{host!s}:{port}/v1"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OpenAIStubServer:
+        self._thread.start()
+        return self.state
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)

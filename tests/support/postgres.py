@@ -1,0 +1,41 @@
+"""Fresh, uniquely named PostgreSQL databases for tests, created on the server in MEMSTORE_TEST_PG_URL."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+PG_URL_ENV = "MEMSTORE_TEST_PG_URL"
+
+
+def server_url_or_skip() -> str:
+    """The configured server URL; a visible skip locally, a hard failure in CI."""
+    url = os.environ.get(PG_URL_ENV)
+    if url:
+        return url
+    message = f"{PG_URL_ENV} is not set: PostgreSQL tests need a server (make test starts one)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message + "; CI must not skip them", pytrace=False)
+    pytest.skip(message)
+
+
+@contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """Create ``memstore_t_<hex>`` on the server, yield its URL, drop it afterwards."""
+    url = make_url(server_url).set(drivername="postgresql+psycopg")
+    name = f"memstore_t_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield url.set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        admin.dispose()

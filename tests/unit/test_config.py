@@ -1,0 +1,103 @@
+"""MemoryConfig: defaults, YAML, environment overrides and errors that name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memstore.config import MemoryConfig, get_memory_config, load_memory_config, set_memory_config
+from memstore.errors import ConfigError
+
+
+def test_defaults_follow_the_reference() -> None:
+    config = MemoryConfig()
+    assert config.enabled is True
+    assert config.debounce_seconds == 30
+    assert config.max_facts == 100
+    assert config.fact_confidence_threshold == 0.7
+    assert config.mode == "middleware"
+    assert config.max_injection_tokens == 2000
+    assert config.token_counting == "tiktoken"
+    assert config.guaranteed_categories == ["correction"]
+    assert config.guaranteed_token_budget == 500
+    assert config.data_dir == "./.memstore"
+    assert config.extractor == "auto"
+    assert config.llm_api_key is None
+
+
+def test_yaml_section_then_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "other: {x: 1}\n"
+        "memory:\n  max_facts: 50\n  debounce_seconds: 5\n  guaranteed_categories: [correction, goal]\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("MEMSTORE_DEBOUNCE_SECONDS", "7")
+    monkeypatch.setenv("MEMSTORE_ENABLED", "false")
+    config = load_memory_config(path)
+    assert config.max_facts == 50
+    assert config.debounce_seconds == 7
+    assert config.enabled is False
+    assert config.guaranteed_categories == ["correction", "goal"]
+
+
+def test_config_path_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "memstore.yaml"
+    path.write_text("memory:\n  mode: tool\n", encoding="utf-8")
+    monkeypatch.setenv("MEMSTORE_CONFIG", str(path))
+    assert load_memory_config().mode == "tool"
+
+
+def test_list_from_comma_separated_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMSTORE_GUARANTEED_CATEGORIES", "correction, goal")
+    assert load_memory_config().guaranteed_categories == ["correction", "goal"]
+
+
+@pytest.mark.parametrize(
+    ("env", "value"),
+    [
+        ("MEMSTORE_MAX_FACTS", "5"),
+        ("MEMSTORE_TOKEN_COUNTING", "words"),
+        ("MEMSTORE_FACT_CONFIDENCE_THRESHOLD", "nan"),
+        ("MEMSTORE_DEBOUNCE_SECONDS", "soon"),
+        ("MEMSTORE_EXTRACTOR", "magic"),
+    ],
+)
+def test_invalid_values_name_the_field(monkeypatch: pytest.MonkeyPatch, env: str, value: str) -> None:
+    monkeypatch.setenv(env, value)
+    field = env.removeprefix("MEMSTORE_").lower()
+    with pytest.raises(ConfigError, match=field):
+        load_memory_config()
+
+
+def test_unknown_yaml_key_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("memory:\n  max_fact: 50\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="max_fact"):
+        load_memory_config(path)
+
+
+def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_memory_config(tmp_path / "absent.yaml")
+
+
+def test_api_key_comes_from_openai_env_and_is_not_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
+    config = MemoryConfig()
+    assert config.llm_api_key is not None
+    assert config.llm_api_key.get_secret_value() == "sk-secret-value"
+    assert "sk-secret-value" not in repr(config)
+
+
+def test_assignment_is_validated() -> None:
+    config = MemoryConfig()
+    with pytest.raises(ValueError, match="max_injection_tokens"):
+        config.max_injection_tokens = 10
+
+
+def test_process_wide_config_can_be_replaced() -> None:
+    replacement = MemoryConfig(max_facts=42)
+    set_memory_config(replacement)
+    assert get_memory_config() is replacement
