@@ -1,0 +1,164 @@
+"""The normalised schema. Alembic revisions are generated from, and checked against, this metadata.
+
+Scopes own sections and facts; facts are never physically deleted by a save but tombstoned
+with the revision that removed them, which is what lets a stale writer's save be merged
+instead of resurrecting what another writer deleted.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# BIGINT on PostgreSQL; INTEGER on SQLite so the column is the rowid alias and autoincrements.
+Id = BigInteger().with_variant(Integer(), "sqlite")
+Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
+Timestamp = DateTime(timezone=True)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class MemoryScope(Base):
+    """One row per ``(user_id, agent_name)``; either part may be NULL (legacy global scopes)."""
+
+    __tablename__ = "memory_scopes"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    user_id: Mapped[str | None] = mapped_column(String(128))
+    agent_name: Mapped[str | None] = mapped_column(String(128))
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    version: Mapped[str] = mapped_column(String(16), nullable=False, server_default="1.0")
+    created_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False, server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False, server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint("revision >= 0", name="revision_non_negative"),
+        # NULL never equals NULL in a plain unique index, so key on COALESCE: '' is not a valid id.
+        Index(
+            "uq_memory_scopes_scope",
+            func.coalesce(text("user_id"), text("''")),
+            func.coalesce(text("agent_name"), text("''")),
+            unique=True,
+        ),
+        Index("ix_memory_scopes_agent_name", "agent_name"),
+    )
+
+
+class MemorySection(Base):
+    """One of the six summaries of a scope (``workContext`` ... ``longTermBackground``)."""
+
+    __tablename__ = "memory_sections"
+
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), primary_key=True
+    )
+    section: Mapped[str] = mapped_column(String(32), primary_key=True)
+    summary: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    updated_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    revision: Mapped[int] = mapped_column(Integer, nullable=False)
+    extra: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False, default=dict)
+
+    __table_args__ = (
+        CheckConstraint(
+            "section IN ('workContext', 'personalContext', 'topOfMind', "
+            "'recentMonths', 'earlierContext', 'longTermBackground')",
+            name="known_section",
+        ),
+    )
+
+
+class MemoryFact(Base):
+    """One fact of a scope. ``deleted_revision`` set means tombstoned (not part of the document)."""
+
+    __tablename__ = "memory_facts"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
+    )
+    fact_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    content_key: Mapped[str] = mapped_column(Text, nullable=False)
+    category: Mapped[str] = mapped_column(String(64), nullable=False)
+    confidence: Mapped[float] = mapped_column(Float, nullable=False)
+    created_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    source: Mapped[str | None] = mapped_column(String(255))
+    source_error: Mapped[str | None] = mapped_column(Text)
+    extra: Mapped[dict[str, Any]] = mapped_column(Json, nullable=False, default=dict)
+    added_revision: Mapped[int] = mapped_column(Integer, nullable=False)
+    updated_revision: Mapped[int] = mapped_column(Integer, nullable=False)
+    deleted_revision: Mapped[int | None] = mapped_column(Integer)
+    deleted_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+    __table_args__ = (
+        CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
+        CheckConstraint("length(content) > 0", name="content_not_empty"),
+        Index("uq_memory_facts_scope_id_fact_id", "scope_id", "fact_id", unique=True),
+        # Dedup is race-free because the database refuses a second live fact with the same key.
+        Index(
+            "uq_memory_facts_live_content_key",
+            "scope_id",
+            "content_key",
+            unique=True,
+            sqlite_where=text("deleted_revision IS NULL"),
+            postgresql_where=text("deleted_revision IS NULL"),
+        ),
+        Index("ix_memory_facts_scope_id_category", "scope_id", "category"),
+        Index("ix_memory_facts_created_at", "created_at"),
+        Index("ix_memory_facts_category_created_at", "category", "created_at"),
+    )
+
+
+class MemoryHistory(Base):
+    """Append-only audit trail: one row per changed fact or section per save."""
+
+    __tablename__ = "memory_history"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
+    )
+    revision: Mapped[int] = mapped_column(Integer, nullable=False)
+    changed_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False, server_default=func.now())
+    entity: Mapped[str] = mapped_column(String(16), nullable=False)
+    entity_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    action: Mapped[str] = mapped_column(String(16), nullable=False)
+    origin: Mapped[str] = mapped_column(String(255), nullable=False)
+    before: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    after: Mapped[dict[str, Any] | None] = mapped_column(Json)
+
+    __table_args__ = (
+        CheckConstraint("entity IN ('fact', 'section')", name="known_entity"),
+        CheckConstraint("action IN ('insert', 'update', 'delete')", name="known_action"),
+        Index("ix_memory_history_scope_id_revision", "scope_id", "revision"),
+        Index("ix_memory_history_changed_at", "changed_at"),
+    )
