@@ -1,0 +1,108 @@
+"""Engines for the SQL provider: one per URL per process, configured per dialect.
+
+SQLite: WAL, ``busy_timeout`` and foreign keys on every connection, and transactions that
+we BEGIN ourselves so writers can take the lock up front (``BEGIN IMMEDIATE``) instead of
+failing to upgrade a read lock. PostgreSQL: psycopg 3 with ``pool_pre_ping``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+
+from memstore.config import MemoryConfig
+from memstore.errors import ConfigError
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+DEFAULT_SQLITE_FILE = "memory.db"
+# Execution option: a connection carrying it begins its transaction with BEGIN IMMEDIATE.
+SQLITE_WRITE_OPTION = "memstore_sqlite_write"
+
+_engines: dict[tuple[int, str], Engine] = {}
+_engines_lock = threading.Lock()
+
+
+def database_url_from_config(config: MemoryConfig) -> str:
+    """``database_url`` when set, else the embedded SQLite file inside ``data_dir``."""
+    if config.database_url:
+        return config.database_url
+    path = Path(config.data_dir).expanduser().resolve() / DEFAULT_SQLITE_FILE
+    return f"sqlite:///{path}"
+
+
+def mask_url(url: str | URL) -> str:
+    """The URL with any password replaced by ``***``: the only form that may reach logs or output."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<unparseable database URL>"
+
+
+def normalize_url(url: str | URL) -> URL:
+    """Pin PostgreSQL URLs to psycopg 3 and reject dialects memstore does not support."""
+    try:
+        parsed = make_url(url)
+    except Exception as exc:
+        raise ConfigError(f"database_url {mask_url(url)!r} is not a valid SQLAlchemy URL") from exc
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg")
+    if backend == "sqlite":
+        return parsed
+    raise ConfigError(f"database_url {mask_url(parsed)!r}: only sqlite and postgresql are supported")
+
+
+def get_engine(url: str | URL) -> Engine:
+    """The process's engine for ``url``; a forked child builds its own pool instead of sharing sockets."""
+    normalized = normalize_url(url)
+    key = (os.getpid(), normalized.render_as_string(hide_password=False))
+    with _engines_lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _build_engine(normalized)
+            _engines[key] = engine
+        return engine
+
+
+def dispose_engines() -> None:
+    """Close every pool this process opened (tests, CLI exit)."""
+    with _engines_lock:
+        engines = list(_engines.values())
+        _engines.clear()
+    for engine in engines:
+        engine.dispose()
+
+
+def _build_engine(url: URL) -> Engine:
+    if url.get_backend_name() == "postgresql":
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    database = url.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"check_same_thread": False})
+    _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+        # Take transaction control away from the driver so BEGIN is ours to choose.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        write = connection.get_execution_options().get(SQLITE_WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
