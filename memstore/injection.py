@@ -1,0 +1,217 @@
+"""Render a memory document as the text injected into the next conversation's prompt.
+
+Layout: ``User Context:`` and ``History:`` summaries first, then a single ``Facts:`` block. Facts
+are ranked by confidence; guaranteed categories (corrections by default) are placed first from
+a budget of their own so a long tail of ordinary facts can never crowd them out.
+
+The memory block is presented to the model as user-managed data, so every user-influenced
+string is HTML-escaped (``quote=False``: ``<``/``>``/``&`` only): a stored fact cannot close the
+``<memory>`` tag and speak with the system's authority, while ordinary quotes stay readable.
+
+This runs on every request, so malformed documents are skipped item by item rather than raised
+on, and token counts go through :mod:`memstore.tokens`' per-text cache.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from memstore.document import coerce_confidence
+from memstore.tokens import count_tokens
+
+DEFAULT_GUARANTEED_CATEGORIES = ("correction",)
+
+_SUMMARY_GROUPS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
+    (
+        "user",
+        "User Context:",
+        (("workContext", "Work"), ("personalContext", "Personal"), ("topOfMind", "Current Focus")),
+    ),
+    (
+        "history",
+        "History:",
+        (("recentMonths", "Recent"), ("earlierContext", "Earlier"), ("longTermBackground", "Background")),
+    ),
+)
+_SECTION_SEPARATOR = "\n\n"
+_FACTS_HEADER = "Facts:\n"
+_TRUNCATION_MARK = "\n..."
+
+_UNRANKED_CONFIDENCE = 0.0
+"""Confidence given to facts whose stored value is missing, null, boolean, non-numeric or non-finite.
+
+Matches the reference's injection path (the updater's trim uses 0.5): a fact whose confidence
+cannot be read is ranked last and spends prompt budget only after every readable fact.
+"""
+
+
+def _escape(value: object) -> str:
+    return html.escape(str(value), quote=False)
+
+
+def _summary(group: Mapping[Any, Any], key: str) -> str | None:
+    section = group.get(key)
+    if not isinstance(section, Mapping):
+        return None
+    value = section.get("summary")
+    if value is None or not str(value).strip():
+        return None
+    return _escape(value)
+
+
+def _summary_sections(memory: Mapping[Any, Any]) -> list[str]:
+    sections = []
+    for group_key, title, entries in _SUMMARY_GROUPS:
+        group = memory.get(group_key)
+        if not isinstance(group, Mapping):
+            continue
+        lines = [f"- {label}: {text}" for key, label in entries if (text := _summary(group, key)) is not None]
+        if lines:
+            sections.append(title + "\n" + "\n".join(lines))
+    return sections
+
+
+def _confidence(fact: Mapping[Any, Any]) -> float:
+    raw = fact.get("confidence")
+    if type(raw) is float and 0.0 <= raw <= 1.0:  # the common case, skipping the full coercion (NaN fails)
+        return raw
+    return coerce_confidence(raw, _UNRANKED_CONFIDENCE)
+
+
+def _category(fact: Mapping[Any, Any]) -> str:
+    raw = fact.get("category")
+    return (str(raw).strip() if raw is not None else "") or "context"
+
+
+def _fact_line(fact: Mapping[Any, Any]) -> str:
+    """``- [category | 0.95] content``; a correction also names the mistake to avoid."""
+    category = _category(fact)
+    line = f"- [{_escape(category)} | {_confidence(fact):.2f}] {_escape(fact['content'])}"
+    source_error = fact.get("sourceError")
+    if category == "correction" and isinstance(source_error, str) and source_error.strip():
+        line += f" (avoid: {_escape(source_error.strip())})"
+    return line
+
+
+def _select_lines(
+    facts: Iterable[Mapping[Any, Any]], budget: int, use_tiktoken: bool
+) -> tuple[list[str], int]:
+    """Take fact lines in rank order until the first one that does not fit.
+
+    Stopping (rather than skipping to a shorter line) keeps the ranking strict: a
+    low-confidence fact never displaces a higher one just because it is short.
+    """
+    lines: list[str] = []
+    used = 0
+    for fact in facts:
+        line = _fact_line(fact)
+        cost = count_tokens("\n" + line if lines else line, use_tiktoken=use_tiktoken)
+        if used + cost > budget:
+            break
+        lines.append(line)
+        used += cost
+    return lines, used
+
+
+def _categories(guaranteed_categories: Iterable[str] | None) -> frozenset[str]:
+    if isinstance(guaranteed_categories, str):
+        raise TypeError("guaranteed_categories must be an iterable of strings, not a bare str")
+    if guaranteed_categories is None:
+        return frozenset()
+    return frozenset(c.strip() for c in guaranteed_categories if isinstance(c, str) and c.strip())
+
+
+def _ranked_facts(
+    raw_facts: object, guaranteed: frozenset[str]
+) -> tuple[list[Mapping[Any, Any]], list[Mapping[Any, Any]]]:
+    """Usable facts split into (guaranteed, regular), each sorted by confidence, ties in stored order.
+
+    Only a fact whose own category names a guaranteed one is promoted; a missing category is
+    never promoted, even when ``context`` (the display default) is guaranteed.
+    """
+    if not isinstance(raw_facts, list):
+        return [], []
+    promoted: list[Mapping[Any, Any]] = []
+    regular: list[Mapping[Any, Any]] = []
+    for fact in raw_facts:
+        if not isinstance(fact, Mapping):
+            continue
+        content = fact.get("content")
+        if not isinstance(content, str) or not content.strip():
+            continue
+        category = fact.get("category")
+        if isinstance(category, str) and category.strip() in guaranteed:
+            promoted.append(fact)
+        else:
+            regular.append(fact)
+    promoted.sort(key=_confidence, reverse=True)
+    regular.sort(key=_confidence, reverse=True)
+    return promoted, regular
+
+
+def _fit_summaries(summaries: Sequence[str], facts_block: str, limit: int, use_tiktoken: bool) -> str:
+    """Cut the summaries so summaries + facts fit ``limit``; the facts block is never cut."""
+    preceding = _SECTION_SEPARATOR.join(summaries)
+    if not preceding:
+        return facts_block
+    suffix = _SECTION_SEPARATOR + facts_block if facts_block else ""
+    budget = max(0, limit - count_tokens(suffix, use_tiktoken=use_tiktoken))
+    preceding_tokens = count_tokens(preceding, use_tiktoken=use_tiktoken)
+    if preceding_tokens > budget:
+        # Cut by characters at the text's own chars-per-token ratio, with 5% headroom.
+        chars_per_token = len(preceding) / max(preceding_tokens, 1)
+        kept = preceding[: int(budget * chars_per_token * 0.95)].rstrip()
+        if not kept:
+            return facts_block
+        preceding = kept + _TRUNCATION_MARK
+    return preceding + suffix
+
+
+def format_memory_for_injection(
+    memory: Mapping[str, Any] | None,
+    max_tokens: int = 2000,
+    *,
+    guaranteed_categories: Iterable[str] | None = DEFAULT_GUARANTEED_CATEGORIES,
+    guaranteed_token_budget: int = 500,
+    use_tiktoken: bool = True,
+) -> str:
+    """The memory text to inject, within ``max_tokens`` plus whatever guaranteed facts used.
+
+    Guaranteed facts are charged only to ``guaranteed_token_budget``; regular facts get what is
+    left of ``max_tokens`` after the summaries, the header and the guaranteed lines. When the
+    summaries alone overflow, they are truncated and the facts block is kept whole.
+
+    Raises ``TypeError`` for a bare ``str`` ``guaranteed_categories`` (it would otherwise be
+    read as a set of single characters); a malformed document never raises.
+    """
+    guaranteed = _categories(guaranteed_categories)
+    if not isinstance(memory, Mapping) or not memory:
+        return ""
+    summaries = _summary_sections(memory)
+    promoted, regular = _ranked_facts(memory.get("facts"), guaranteed)
+
+    fact_lines, guaranteed_used = _select_lines(promoted, guaranteed_token_budget, use_tiktoken)
+    if regular:
+        fixed = count_tokens(_FACTS_HEADER, use_tiktoken=use_tiktoken) + guaranteed_used
+        if summaries:
+            fixed += count_tokens(_SECTION_SEPARATOR.join(summaries), use_tiktoken=use_tiktoken)
+        if fact_lines:
+            fixed += count_tokens("\n", use_tiktoken=use_tiktoken)
+        if max_tokens - fixed > 0:
+            fact_lines += _select_lines(regular, max_tokens - fixed, use_tiktoken)[0]
+
+    facts_block = _FACTS_HEADER + "\n".join(fact_lines) if fact_lines else ""
+    result = _SECTION_SEPARATOR.join([*summaries, facts_block] if facts_block else summaries)
+    limit = max_tokens + guaranteed_used
+    if result and count_tokens(result, use_tiktoken=use_tiktoken) > limit:
+        return _fit_summaries(summaries, facts_block, limit, use_tiktoken)
+    return result
+
+
+def wrap_memory_block(text: str) -> str:
+    """Enclose injected memory in its ``<memory>`` tag; blank text yields no block at all."""
+    if not text.strip():
+        return ""
+    return f"<memory>\n{text}\n</memory>\n"
