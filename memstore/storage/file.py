@@ -63,11 +63,12 @@ class FileMemoryStorage(MemoryStorage):
         document["lastUpdated"] = utc_now_iso_z()
         try:
             text = json.dumps(document, ensure_ascii=False, indent=2)
+            data = text.encode("utf-8")  # a lone surrogate fails here, before anything is written
         except (TypeError, ValueError) as exc:
             logger.error("memory for scope %s is not JSON-serialisable, not saved: %s", scope, exc)
             return False
         try:
-            stamp = _write_atomically(path, text)
+            stamp = _write_atomically(path, data)
         except OSError as exc:
             logger.error("failed to save memory to %s: %s", path, exc)
             return False
@@ -114,13 +115,13 @@ def _parse_file(path: Path) -> MemoryDocument:
     return loaded
 
 
-def _write_atomically(path: Path, text: str) -> _FileStamp:
+def _write_atomically(path: Path, data: bytes) -> _FileStamp:
     """Write via a unique temp file, fsync, rename, fsync the directory; readers never see a torn file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=".memory.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
             # Stat the file we wrote, not the path: another writer may replace it right after.

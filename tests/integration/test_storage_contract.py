@@ -123,6 +123,12 @@ def test_failed_save_returns_false_and_keeps_previous_data(storage: MemoryStorag
     assert _comparable(storage.reload(user_id="alice")) == _comparable(before)
 
 
+def test_unencodable_text_fails_the_save_cleanly(storage: MemoryStorage) -> None:
+    assert storage.save(_doc(_fact("fact_00000001", "kept")), user_id="alice")
+    assert storage.save(_doc(_fact("fact_00000002", "lone surrogate \ud800")), user_id="alice") is False
+    assert [f["content"] for f in storage.load(user_id="alice")["facts"]] == ["kept"]
+
+
 def test_reload_sees_a_change_made_by_another_instance(storage_factory: StorageFactory) -> None:
     first, second = storage_factory(), storage_factory()
     assert first.save(_doc(_fact("fact_00000001", "v1")), user_id="alice")

@@ -1,0 +1,64 @@
+"""``memstore import``: load DeerFlow-style memory trees or single documents into storage."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from memstore.scope import resolve_scope
+from memstore.storage.loader import get_memory_storage
+from memstore.transfer import ImportReport, TreeEntry, discover_tree, import_entries
+
+EXIT_INVALID_ITEMS = 3
+
+
+@click.command("import")
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.option("--user", "user_id", help="Scope for a single-file import (default: the legacy global scope).")
+@click.option("--agent", "agent_name", help="Agent scope for a single-file import.")
+@click.option("--dry-run", is_flag=True, help="Report what would change without writing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def import_command(
+    path: Path, user_id: str | None, agent_name: str | None, dry_run: bool, as_json: bool
+) -> None:
+    """Import PATH: a memory tree (users/<u>/[agents/<a>/]memory.json, legacy files) or one JSON file.
+
+    Idempotent: documents equal to what is stored are reported unchanged and not written.
+    Exits 3 when some items were invalid (the valid ones are still imported).
+    """
+    misplaced: list[tuple[Path, str]] = []
+    if path.is_file():
+        user, agent = resolve_scope(agent_name, user_id)
+        entries = [TreeEntry(path, user, agent)]
+    else:
+        if user_id or agent_name:
+            raise click.UsageError("--user/--agent apply to a single file, not to a tree")
+        entries, misplaced = discover_tree(path)
+    storage = get_memory_storage()
+    with click.progressbar(length=len(entries), label="Importing", file=sys.stderr, show_pos=True) as bar:
+        report = import_entries(storage, entries, dry_run=dry_run, on_item=lambda _entry: bar.update(1))
+    report.invalid.extend(misplaced)
+    _print_report(report, dry_run=dry_run, as_json=as_json)
+    if report.invalid:
+        sys.exit(EXIT_INVALID_ITEMS)
+
+
+def _print_report(report: ImportReport, *, dry_run: bool, as_json: bool) -> None:
+    if as_json:
+        summary = {
+            "dry_run": dry_run,
+            "imported": [str(entry.path) for entry in report.imported],
+            "unchanged": len(report.unchanged),
+            "invalid": [{"path": str(path), "reason": reason} for path, reason in report.invalid],
+        }
+        click.echo(json.dumps(summary, ensure_ascii=False, indent=2))
+        return
+    verb = "would import" if dry_run else "imported"
+    click.echo(
+        f"{verb}: {len(report.imported)}  unchanged: {len(report.unchanged)}  invalid: {len(report.invalid)}"
+    )
+    for path, reason in report.invalid:
+        click.echo(f"  invalid {path}: {reason}")

@@ -1,0 +1,235 @@
+"""Explicit memory edits (create, update, delete, import, clear) and fact search.
+
+Every helper takes the full scope (``agent_name`` plus keyword ``user_id``) and forwards it,
+so a manual edit can never land in another user's or the global document.
+
+Edits always start from a copy of the *loaded* document: providers may carry extra top-level
+keys (the SQL provider's ``revision``) that let ``save`` merge concurrent writers, and a
+document rebuilt from scratch would lose them. ``clear`` is the exception, because it means
+"replace everything".
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any
+
+from memstore.config import get_memory_config
+from memstore.document import (
+    MemoryDocument,
+    coerce_confidence,
+    create_empty_memory,
+    fact_content_key,
+    utc_now_iso_z,
+)
+from memstore.storage.loader import get_memory_storage
+from memstore.update_apply import trim_facts_to_max
+
+Fact = dict[str, Any]
+
+MANUAL_SOURCE = "manual"
+DEFAULT_CATEGORY = "context"
+
+
+class DuplicateFactError(ValueError):
+    """A fact with the same content key (``strip().casefold()``) already exists in the scope."""
+
+    def __init__(self, existing_id: object) -> None:
+        super().__init__(f"Duplicate fact: the same content is already stored as {existing_id}")
+        self.existing_id = existing_id
+
+
+def get_memory_data(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+    return get_memory_storage().load(agent_name, user_id=user_id)
+
+
+def reload_memory_data(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+    """The scope's document read from the backing store, bypassing any cache."""
+    return get_memory_storage().reload(agent_name, user_id=user_id)
+
+
+def import_memory_data(
+    memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
+) -> MemoryDocument:
+    """Store ``memory`` as given for the scope and return what the store now holds."""
+    if not isinstance(memory, dict):
+        raise TypeError(f"memory must be a document dict, got {type(memory).__name__}")
+    storage = get_memory_storage()
+    if not storage.save(memory, agent_name, user_id=user_id):
+        raise OSError("Failed to save imported memory data")
+    return storage.reload(agent_name, user_id=user_id)
+
+
+def clear_memory_data(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+    """Replace the scope's memory with an empty document (no revision: a deliberate overwrite)."""
+    empty = create_empty_memory()
+    _save(empty, agent_name, user_id, "Failed to save cleared memory data")
+    return empty
+
+
+def create_memory_fact_with_created_fact(
+    content: str,
+    category: str = DEFAULT_CATEGORY,
+    confidence: float = 0.5,
+    agent_name: str | None = None,
+    *,
+    user_id: str | None = None,
+) -> tuple[MemoryDocument, Fact]:
+    """Add a manual fact; returns the saved document and the fact that was built.
+
+    The fact may be missing from the returned document when ``max_facts`` kept only
+    higher-confidence facts; the caller can tell by looking for its id.
+    """
+    text = _validate_content(content)
+    category = _validate_category(category)
+    confidence = _validate_confidence(confidence)
+    memory = get_memory_data(agent_name, user_id=user_id)
+    facts = _facts_of(memory)
+    _refuse_duplicate(facts, text, ignore_id=None)
+    taken_ids = {fact.get("id") for fact in facts}
+    fact_id = _new_fact_id()
+    while fact_id in taken_ids:
+        fact_id = _new_fact_id()
+    created: Fact = {
+        "id": fact_id,
+        "content": text,
+        "category": category,
+        "confidence": confidence,
+        "createdAt": utc_now_iso_z(),
+        "source": MANUAL_SOURCE,
+    }
+    updated = dict(memory)
+    updated["facts"] = trim_facts_to_max([*facts, created], get_memory_config().max_facts)
+    _save(updated, agent_name, user_id, "Failed to save memory after creating a fact")
+    return updated, created
+
+
+def create_memory_fact(
+    content: str,
+    category: str = DEFAULT_CATEGORY,
+    confidence: float = 0.5,
+    agent_name: str | None = None,
+    *,
+    user_id: str | None = None,
+) -> MemoryDocument:
+    """Add a manual fact and return the saved document."""
+    memory, _ = create_memory_fact_with_created_fact(
+        content, category, confidence, agent_name, user_id=user_id
+    )
+    return memory
+
+
+def update_memory_fact(
+    fact_id: str,
+    content: str | None = None,
+    category: str | None = None,
+    confidence: float | None = None,
+    agent_name: str | None = None,
+    *,
+    user_id: str | None = None,
+) -> MemoryDocument:
+    """Change the given fields of one fact; every other field (createdAt, source, ...) is kept."""
+    memory = get_memory_data(agent_name, user_id=user_id)
+    facts = _facts_of(memory)
+    index = next((i for i, fact in enumerate(facts) if fact.get("id") == fact_id), None)
+    if index is None:
+        raise KeyError(fact_id)
+    changed = dict(facts[index])
+    if content is not None:
+        changed["content"] = _validate_content(content)
+        _refuse_duplicate(facts, changed["content"], ignore_id=fact_id)
+    if category is not None:
+        changed["category"] = _validate_category(category)
+    if confidence is not None:
+        changed["confidence"] = _validate_confidence(confidence)
+    updated = dict(memory)
+    updated["facts"] = [*facts[:index], changed, *facts[index + 1 :]]
+    _save(updated, agent_name, user_id, "Failed to save memory after updating a fact")
+    return updated
+
+
+def delete_memory_fact(
+    fact_id: str, agent_name: str | None = None, *, user_id: str | None = None
+) -> MemoryDocument:
+    memory = get_memory_data(agent_name, user_id=user_id)
+    facts = _facts_of(memory)
+    kept = [fact for fact in facts if fact.get("id") != fact_id]
+    if len(kept) == len(facts):
+        raise KeyError(fact_id)
+    updated = dict(memory)
+    updated["facts"] = kept
+    _save(updated, agent_name, user_id, "Failed to save memory after deleting a fact")
+    return updated
+
+
+def search_memory_facts(
+    query: str,
+    category: str | None = None,
+    limit: int = 10,
+    *,
+    agent_name: str | None = None,
+    user_id: str | None = None,
+) -> list[Fact]:
+    """Facts whose content contains ``query`` (case-insensitive), highest confidence first.
+
+    ``category`` is an exact filter when given. Case folding uses ``casefold`` rather than the
+    reference's ``lower`` so that e.g. "STRASSE" finds "Straße". Returns copies.
+    """
+    needle = query.strip().casefold() if isinstance(query, str) else ""
+    if not needle or limit <= 0:
+        return []
+    matches = [
+        dict(fact)
+        for fact in _facts_of(get_memory_data(agent_name, user_id=user_id))
+        if isinstance(fact.get("content"), str)
+        and needle in fact["content"].casefold()
+        and (category is None or fact.get("category") == category)
+    ]
+    matches.sort(key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
+    return matches[:limit]
+
+
+def _facts_of(memory: MemoryDocument) -> list[Fact]:
+    facts = memory.get("facts")
+    if not isinstance(facts, list):
+        return []
+    return [fact for fact in facts if isinstance(fact, dict)]
+
+
+def _refuse_duplicate(facts: list[Fact], content: str, *, ignore_id: object) -> None:
+    key = fact_content_key(content)
+    for fact in facts:
+        existing = fact.get("content")
+        if fact.get("id") != ignore_id and isinstance(existing, str) and fact_content_key(existing) == key:
+            raise DuplicateFactError(fact.get("id"))
+
+
+def _save(memory: MemoryDocument, agent_name: str | None, user_id: str | None, message: str) -> None:
+    if not get_memory_storage().save(memory, agent_name, user_id=user_id):
+        raise OSError(message)
+
+
+def _new_fact_id() -> str:
+    return f"fact_{uuid.uuid4().hex[:8]}"
+
+
+def _validate_content(content: object) -> str:
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("content")
+    return content.strip()
+
+
+def _validate_category(category: object) -> str:
+    if not isinstance(category, str):
+        raise ValueError("category")
+    return category.strip() or DEFAULT_CATEGORY
+
+
+def _validate_confidence(confidence: object) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        raise ValueError("confidence")
+    value = float(confidence)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise ValueError("confidence")
+    return value

@@ -1,0 +1,101 @@
+"""The two touch points of a gateway's agent loop: inject memory before, capture the turn after.
+
+Framework-neutral: call ``memory_context`` when building the prompt and ``after_agent`` with
+the thread's messages when the run ends. Neither may break the request, so both log and
+carry on when memory fails.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from memstore.config import MemoryConfig, get_memory_config
+from memstore.facts import get_memory_data
+from memstore.injection import format_memory_for_injection, wrap_memory_block
+from memstore.message_access import message_type
+from memstore.messages import detect_correction, detect_reinforcement, filter_messages_for_memory
+from memstore.queue import get_memory_queue
+from memstore.user_context import get_effective_user_id
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CapturedTurn:
+    """What memory keeps of a conversation, with the feedback signals found in it."""
+
+    messages: list[Any]
+    correction_detected: bool
+    reinforcement_detected: bool
+
+
+def capture_conversation(messages: Iterable[Any]) -> CapturedTurn | None:
+    """Filter ``messages`` for memory; ``None`` unless a user message and an answer remain."""
+    filtered = filter_messages_for_memory(messages)
+    types = {message_type(message) for message in filtered}
+    if not {"human", "ai"} <= types:
+        return None
+    correction = detect_correction(filtered)
+    # A correction outranks praise in the same window: the updater should fix, not reinforce.
+    reinforcement = not correction and detect_reinforcement(filtered)
+    return CapturedTurn(filtered, correction, reinforcement)
+
+
+class MemoryMiddleware:
+    """Per-agent memory hooks; ``config`` defaults to the process-wide one, read per call."""
+
+    def __init__(self, agent_name: str | None = None, config: MemoryConfig | None = None) -> None:
+        self._agent_name = agent_name
+        self._config = config
+
+    @property
+    def agent_name(self) -> str | None:
+        return self._agent_name
+
+    def _current_config(self) -> MemoryConfig:
+        return self._config or get_memory_config()
+
+    def after_agent(self, messages: Iterable[Any], *, thread_id: str, user_id: str | None = None) -> None:
+        """Queue the thread's conversation for a memory update without waiting for it.
+
+        The user is resolved here, on the request, because the queue's worker thread does not
+        see the request's ContextVar.
+        """
+        if not self._current_config().enabled or not thread_id:
+            return
+        try:
+            turn = capture_conversation(messages)
+            if turn is None:
+                return
+            get_memory_queue().add(
+                thread_id=thread_id,
+                messages=turn.messages,
+                agent_name=self._agent_name,
+                user_id=user_id or get_effective_user_id(),
+                correction_detected=turn.correction_detected,
+                reinforcement_detected=turn.reinforcement_detected,
+            )
+        except Exception:
+            logger.exception("could not queue the memory update for thread %s", thread_id)
+
+    def memory_context(self, *, user_id: str | None = None) -> str:
+        """The ``<memory>`` block to put in the prompt, or ``""`` when there is nothing to inject."""
+        config = self._current_config()
+        if not config.enabled or not config.injection_enabled:
+            return ""
+        try:
+            memory = get_memory_data(self._agent_name, user_id=user_id or get_effective_user_id())
+            text = format_memory_for_injection(
+                memory,
+                config.max_injection_tokens,
+                guaranteed_categories=tuple(config.guaranteed_categories),
+                guaranteed_token_budget=config.guaranteed_token_budget,
+                use_tiktoken=config.token_counting == "tiktoken",
+            )
+            return wrap_memory_block(text)
+        except Exception:
+            logger.exception("could not build the memory context; continuing without memory")
+            return ""

@@ -1,0 +1,148 @@
+"""Tool mode: memory operations an agent calls explicitly, as plain callables returning JSON.
+
+Each tool returns a JSON object string and never raises, because an agent framework would
+otherwise abort the run on a bad argument; failures come back as ``{"error": ...}`` for the
+model to read. The scope defaults to the request's user (read at call time) and no agent.
+Wrap these with your framework's tool decorator; the docstrings are written for the model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from memstore.facts import (
+    DuplicateFactError,
+    create_memory_fact_with_created_fact,
+    delete_memory_fact,
+    search_memory_facts,
+    update_memory_fact,
+)
+from memstore.user_context import get_effective_user_id
+
+logger = logging.getLogger(__name__)
+
+DUPLICATE_ERROR = "Duplicate fact"
+
+
+def _result(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, ensure_ascii=False)
+
+
+def _error(exc: Exception, fact_id: str | None = None) -> str:
+    """Map an exception to the error message the model sees."""
+    if isinstance(exc, DuplicateFactError):
+        return _result({"error": DUPLICATE_ERROR})
+    if isinstance(exc, KeyError) and fact_id is not None:
+        return _result({"error": f"Fact not found: {fact_id}"})
+    if not isinstance(exc, ValueError):
+        logger.exception("memory tool failed")
+    return _result({"error": str(exc)})
+
+
+def memory_search(
+    query: str,
+    category: str | None = None,
+    limit: int = 10,
+    *,
+    user_id: str | None = None,
+    agent_name: str | None = None,
+) -> str:
+    """Search long-term memory for facts about the user, most confident first.
+
+    Args:
+        query: Text the fact must contain (case-insensitive).
+        category: Only facts of this category (preference, knowledge, context, behavior, goal,
+            correction).
+        limit: Maximum number of facts to return.
+    """
+    try:
+        results = search_memory_facts(
+            query, category, limit, agent_name=agent_name, user_id=user_id or get_effective_user_id()
+        )
+    except Exception as exc:
+        return _error(exc)
+    return _result({"results": results, "count": len(results)})
+
+
+def memory_add(
+    content: str,
+    category: str = "context",
+    confidence: float = 0.7,
+    *,
+    user_id: str | None = None,
+    agent_name: str | None = None,
+) -> str:
+    """Remember a stable fact about the user. Prefer memory_update over adding a near-duplicate.
+
+    Args:
+        content: The fact, as one short sentence.
+        category: One of preference, knowledge, context, behavior, goal, correction.
+        confidence: How sure you are, from 0 to 1.
+    """
+    try:
+        memory, created = create_memory_fact_with_created_fact(
+            content,
+            category,
+            confidence,
+            agent_name,
+            user_id=user_id or get_effective_user_id(),
+        )
+    except Exception as exc:
+        return _error(exc)
+    if not any(fact.get("id") == created["id"] for fact in memory.get("facts", [])):
+        return _result(
+            {"error": "Fact not stored: memory is full and every kept fact has a higher confidence"}
+        )
+    return _result({"fact_id": created["id"], "status": "added"})
+
+
+def memory_update(
+    fact_id: str,
+    content: str | None = None,
+    category: str | None = None,
+    confidence: float | None = None,
+    *,
+    user_id: str | None = None,
+    agent_name: str | None = None,
+) -> str:
+    """Correct a remembered fact; fields left empty keep their value.
+
+    Args:
+        fact_id: The id returned by memory_search or memory_add.
+        content: New text of the fact.
+        category: New category.
+        confidence: New confidence, from 0 to 1.
+    """
+    try:
+        update_memory_fact(
+            fact_id,
+            content,
+            category,
+            confidence,
+            agent_name,
+            user_id=user_id or get_effective_user_id(),
+        )
+    except Exception as exc:
+        return _error(exc, fact_id)
+    return _result({"fact_id": fact_id, "status": "updated"})
+
+
+def memory_delete(fact_id: str, *, user_id: str | None = None, agent_name: str | None = None) -> str:
+    """Forget a fact that is clearly wrong or no longer true.
+
+    Args:
+        fact_id: The id returned by memory_search or memory_add.
+    """
+    try:
+        delete_memory_fact(fact_id, agent_name, user_id=user_id or get_effective_user_id())
+    except Exception as exc:
+        return _error(exc, fact_id)
+    return _result({"fact_id": fact_id, "status": "deleted"})
+
+
+def get_memory_tools() -> list[Callable[..., str]]:
+    """The four tools, in the order an agent usually needs them."""
+    return [memory_search, memory_add, memory_update, memory_delete]

@@ -1,0 +1,356 @@
+"""Fact CRUD, import/clear and search helpers on the real file provider."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, ClassVar
+
+import pytest
+
+from memstore.config import MemoryConfig, set_memory_config
+from memstore.document import MemoryDocument, create_empty_memory
+from memstore.facts import (
+    DuplicateFactError,
+    clear_memory_data,
+    create_memory_fact,
+    create_memory_fact_with_created_fact,
+    delete_memory_fact,
+    get_memory_data,
+    import_memory_data,
+    reload_memory_data,
+    search_memory_facts,
+    update_memory_fact,
+)
+from memstore.storage.file import FileMemoryStorage
+from memstore.storage.loader import get_memory_storage, reset_memory_storage
+
+
+class ReadOnlyFileStorage(FileMemoryStorage):
+    """A file provider whose saves can be switched off, like a disk that has gone read-only."""
+
+    refuse_saves: ClassVar[bool] = False
+
+    def save(
+        self, memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> bool:
+        if type(self).refuse_saves:
+            return False
+        return super().save(memory, agent_name, user_id=user_id)
+
+
+def _fresh_read(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+    """Read through a brand-new provider instance, so nothing comes from an in-process cache."""
+    reset_memory_storage()
+    return get_memory_data(agent_name, user_id=user_id)
+
+
+def _contents(memory: MemoryDocument) -> list[str]:
+    return [fact["content"] for fact in memory["facts"]]
+
+
+def test_create_stores_a_manual_fact() -> None:
+    memory, created = create_memory_fact_with_created_fact(
+        "  Prefers dark mode  ", "preference", 0.9, user_id="alice"
+    )
+
+    assert re.fullmatch(r"fact_[0-9a-f]{8}", created["id"])
+    assert created["content"] == "Prefers dark mode"
+    assert (created["category"], created["confidence"], created["source"]) == ("preference", 0.9, "manual")
+    assert created["createdAt"].endswith("Z")
+    assert memory["facts"] == [created]
+    assert _fresh_read(user_id="alice")["facts"] == [created]
+
+
+def test_create_defaults_and_blank_category() -> None:
+    memory = create_memory_fact("Works on memstore", category="   ", user_id="alice")
+
+    [fact] = memory["facts"]
+    assert (fact["category"], fact["confidence"]) == ("context", 0.5)
+
+
+@pytest.mark.parametrize("content", ["", "   ", None, 42])
+def test_create_rejects_blank_content_before_touching_storage(content: Any) -> None:
+    with pytest.raises(ValueError) as excinfo:
+        create_memory_fact(content, user_id="alice")
+
+    assert excinfo.value.args == ("content",)
+    assert not FileMemoryStorage().path_for(user_id="alice").exists()
+
+
+@pytest.mark.parametrize("confidence", [math.nan, math.inf, -math.inf, -0.01, 1.01, True, "0.5", None])
+def test_create_rejects_invalid_confidence(confidence: Any) -> None:
+    with pytest.raises(ValueError) as excinfo:
+        create_memory_fact("Valid content", confidence=confidence, user_id="alice")
+
+    assert excinfo.value.args == ("confidence",)
+    assert not FileMemoryStorage().path_for(user_id="alice").exists()
+
+
+@pytest.mark.parametrize("confidence", [0, 1, 0.0, 1.0])
+def test_create_accepts_boundary_confidence(confidence: float) -> None:
+    [fact] = create_memory_fact("Edge", confidence=confidence, user_id="alice")["facts"]
+    assert fact["confidence"] == float(confidence)
+
+
+def test_create_refuses_a_duplicate_content_key() -> None:
+    original = create_memory_fact("Uses PostgreSQL", user_id="alice")
+
+    with pytest.raises(DuplicateFactError, match="Duplicate fact") as excinfo:
+        create_memory_fact("  uses postgresql ", confidence=0.9, user_id="alice")
+
+    assert isinstance(excinfo.value, ValueError)
+    assert excinfo.value.existing_id == original["facts"][0]["id"]
+    assert _contents(_fresh_read(user_id="alice")) == ["Uses PostgreSQL"]
+
+
+def test_same_content_is_allowed_in_another_scope() -> None:
+    create_memory_fact("Uses PostgreSQL", user_id="alice")
+    create_memory_fact("Uses PostgreSQL", user_id="bob")
+    create_memory_fact("Uses PostgreSQL", agent_name="coder", user_id="alice")
+
+    for agent, user in ((None, "alice"), (None, "bob"), ("coder", "alice")):
+        assert _contents(get_memory_data(agent, user_id=user)) == ["Uses PostgreSQL"]
+
+
+def test_create_trims_to_max_facts_by_confidence(isolated_config: MemoryConfig) -> None:
+    set_memory_config(isolated_config.model_copy(update={"max_facts": 10}))
+    for index in range(10):
+        create_memory_fact(f"fact {index}", confidence=0.5 + index / 100, user_id="alice")
+
+    memory, created = create_memory_fact_with_created_fact("low", confidence=0.1, user_id="alice")
+    assert len(memory["facts"]) == 10
+    assert created["id"] not in {fact["id"] for fact in memory["facts"]}
+
+    memory, created = create_memory_fact_with_created_fact("high", confidence=0.95, user_id="alice")
+    stored = _fresh_read(user_id="alice")["facts"]
+    assert len(stored) == 10
+    assert stored[0]["id"] == created["id"]
+    assert "fact 0" not in [fact["content"] for fact in stored]
+
+
+def test_update_changes_only_given_fields() -> None:
+    imported = create_empty_memory()
+    imported["facts"] = [
+        {
+            "id": "fact_0000aaaa",
+            "content": "Uses tabs",
+            "category": "correction",
+            "confidence": 0.8,
+            "createdAt": "2026-01-01T00:00:00Z",
+            "source": "thread-1",
+            "sourceError": "Said spaces",
+            "customKey": {"kept": True},
+        }
+    ]
+    import_memory_data(imported, user_id="alice")
+
+    update_memory_fact("fact_0000aaaa", confidence=0.95, user_id="alice")
+    memory = update_memory_fact("fact_0000aaaa", content="  Uses two-space tabs ", user_id="alice")
+
+    expected = dict(imported["facts"][0], content="Uses two-space tabs", confidence=0.95)
+    assert memory["facts"] == [expected]
+    assert _fresh_read(user_id="alice")["facts"] == [expected]
+
+    memory = update_memory_fact("fact_0000aaaa", category="  ", user_id="alice")
+    assert memory["facts"][0]["category"] == "context"
+
+
+def test_update_errors() -> None:
+    [first] = create_memory_fact("First", user_id="alice")["facts"]
+    create_memory_fact("Second", user_id="alice")
+
+    with pytest.raises(KeyError) as missing:
+        update_memory_fact("fact_missing", content="x", user_id="alice")
+    assert missing.value.args == ("fact_missing",)
+    with pytest.raises(ValueError) as blank:
+        update_memory_fact(first["id"], content="  ", user_id="alice")
+    assert blank.value.args == ("content",)
+    with pytest.raises(ValueError) as bad:
+        update_memory_fact(first["id"], confidence=math.nan, user_id="alice")
+    assert bad.value.args == ("confidence",)
+    with pytest.raises(DuplicateFactError, match="Duplicate fact"):
+        update_memory_fact(first["id"], content="SECOND", user_id="alice")
+
+    # Re-casing a fact's own content is not a duplicate of itself.
+    memory = update_memory_fact(first["id"], content="FIRST", user_id="alice")
+    assert _contents(memory) == ["FIRST", "Second"]
+
+
+def test_delete_fact() -> None:
+    [first] = create_memory_fact("First", user_id="alice")["facts"]
+    create_memory_fact("Second", user_id="alice")
+
+    memory = delete_memory_fact(first["id"], user_id="alice")
+
+    assert _contents(memory) == ["Second"]
+    assert _contents(_fresh_read(user_id="alice")) == ["Second"]
+    with pytest.raises(KeyError) as excinfo:
+        delete_memory_fact(first["id"], user_id="alice")
+    assert excinfo.value.args == (first["id"],)
+
+
+def test_every_entry_point_stays_in_its_scope() -> None:
+    scopes: list[tuple[str | None, str | None]] = [
+        (None, None),
+        (None, "alice"),
+        ("coder", "alice"),
+        (None, "bob"),
+        ("coder", None),
+    ]
+    ids = {}
+    for agent, user in scopes:
+        _, created = create_memory_fact_with_created_fact(
+            f"scope {agent}/{user}", "goal", 0.8, agent, user_id=user
+        )
+        ids[(agent, user)] = created["id"]
+
+    for agent, user in scopes:
+        assert _contents(get_memory_data(agent, user_id=user)) == [f"scope {agent}/{user}"]
+        assert [f["id"] for f in search_memory_facts("scope", agent_name=agent, user_id=user)] == [
+            ids[(agent, user)]
+        ]
+
+    alice_id = ids[(None, "alice")]
+    with pytest.raises(KeyError):
+        update_memory_fact(alice_id, content="hijack", user_id="bob")
+    with pytest.raises(KeyError):
+        delete_memory_fact(alice_id, "coder", user_id="alice")
+
+    update_memory_fact(ids[("coder", "alice")], content="agent edit", agent_name="coder", user_id="alice")
+    delete_memory_fact(ids[(None, "bob")], user_id="bob")
+    clear_memory_data(None, user_id=None)
+
+    assert _contents(_fresh_read(user_id="alice")) == ["scope None/alice"]
+    assert _contents(_fresh_read("coder", user_id="alice")) == ["agent edit"]
+    assert _contents(_fresh_read(user_id="bob")) == []
+    assert _contents(_fresh_read()) == []
+    assert _contents(_fresh_read("coder")) == ["scope coder/None"]
+
+
+def test_edits_keep_provider_top_level_keys() -> None:
+    imported = create_empty_memory()
+    imported["revision"] = 7
+    imported["x-tool"] = {"note": "kept"}
+    import_memory_data(imported, user_id="alice")
+
+    [fact] = create_memory_fact("Kept keys", user_id="alice")["facts"]
+    update_memory_fact(fact["id"], confidence=0.6, user_id="alice")
+    memory = delete_memory_fact(fact["id"], user_id="alice")
+
+    assert (memory["revision"], memory["x-tool"]) == (7, {"note": "kept"})
+    stored = _fresh_read(user_id="alice")
+    assert (stored["revision"], stored["x-tool"]) == (7, {"note": "kept"})
+
+
+def test_import_returns_the_stored_document_and_clear_replaces_it() -> None:
+    imported = create_empty_memory()
+    imported["lastUpdated"] = "2000-01-01T00:00:00Z"
+    imported["user"]["workContext"] = {"summary": "Builds memstore", "updatedAt": "2026-01-01T00:00:00Z"}
+    imported["facts"] = [{"id": "fact_1234abcd", "content": "Likes tea", "category": "preference"}]
+
+    result = import_memory_data(imported, "coder", user_id="alice")
+
+    assert result["lastUpdated"] != "2000-01-01T00:00:00Z"
+    assert result["facts"] == imported["facts"]
+    assert reload_memory_data("coder", user_id="alice")["user"]["workContext"]["summary"] == "Builds memstore"
+
+    cleared = clear_memory_data("coder", user_id="alice")
+
+    assert cleared["facts"] == [] and "revision" not in cleared
+    stored = _fresh_read("coder", user_id="alice")
+    assert stored["facts"] == [] and stored["user"]["workContext"]["summary"] == ""
+
+
+def test_import_rejects_a_non_document() -> None:
+    with pytest.raises(TypeError):
+        import_memory_data([], user_id="alice")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def read_only_storage(isolated_config: MemoryConfig) -> ReadOnlyFileStorage:
+    set_memory_config(isolated_config.model_copy(update={"storage_class": f"{__name__}.ReadOnlyFileStorage"}))
+    reset_memory_storage()
+    ReadOnlyFileStorage.refuse_saves = False
+    storage = get_memory_storage()
+    assert isinstance(storage, ReadOnlyFileStorage)
+    return storage
+
+
+def test_save_failure_raises_oserror_and_keeps_memory(read_only_storage: ReadOnlyFileStorage) -> None:
+    [kept] = create_memory_fact("Kept fact", confidence=0.9, user_id="alice")["facts"]
+    before = reload_memory_data(user_id="alice")
+    ReadOnlyFileStorage.refuse_saves = True
+    try:
+        with pytest.raises(OSError):
+            create_memory_fact("New fact", user_id="alice")
+        with pytest.raises(OSError):
+            update_memory_fact(kept["id"], content="Changed", user_id="alice")
+        with pytest.raises(OSError):
+            delete_memory_fact(kept["id"], user_id="alice")
+        with pytest.raises(OSError):
+            clear_memory_data(user_id="alice")
+        with pytest.raises(OSError):
+            import_memory_data(create_empty_memory(), user_id="alice")
+    finally:
+        ReadOnlyFileStorage.refuse_saves = False
+
+    assert get_memory_data(user_id="alice") == before
+    assert reload_memory_data(user_id="alice") == before
+    assert _contents(before) == ["Kept fact"]
+
+
+@pytest.fixture
+def searchable() -> None:
+    memory = create_empty_memory()
+    memory["facts"] = [
+        {"id": "fact_00000001", "content": "Writes Python daily", "category": "knowledge", "confidence": 0.6},
+        {
+            "id": "fact_00000002",
+            "content": "Prefers PYTHON 3.12",
+            "category": "preference",
+            "confidence": 0.9,
+        },
+        {
+            "id": "fact_00000003",
+            "content": "python packaging pain",
+            "category": "context",
+            "confidence": None,
+        },
+        {"id": "fact_00000004", "content": "Likes dark mode", "category": "preference", "confidence": 0.99},
+        {"id": "fact_00000005", "content": 12345, "category": "context", "confidence": 1.0},
+        {"id": "fact_00000006", "content": "Lives near the Straße", "category": "context", "confidence": 0.7},
+    ]
+    import_memory_data(memory, user_id="alice")
+
+
+@pytest.mark.usefixtures("searchable")
+def test_search_is_case_insensitive_and_sorted_by_confidence() -> None:
+    results = search_memory_facts("  Python ", user_id="alice")
+    # The unreadable confidence ranks as 0.5, below 0.6.
+    assert [fact["id"] for fact in results] == ["fact_00000002", "fact_00000001", "fact_00000003"]
+    assert [f["id"] for f in search_memory_facts("STRASSE", user_id="alice")] == ["fact_00000006"]
+
+
+@pytest.mark.usefixtures("searchable")
+def test_search_filters() -> None:
+    assert [f["id"] for f in search_memory_facts("e", category="preference", user_id="alice")] == [
+        "fact_00000004",
+        "fact_00000002",
+    ]
+    assert search_memory_facts("python", category="goal", user_id="alice") == []
+    assert search_memory_facts("python", category="", user_id="alice") == []
+    assert len(search_memory_facts("python", limit=2, user_id="alice")) == 2
+    assert search_memory_facts("python", limit=0, user_id="alice") == []
+    assert search_memory_facts("python", limit=-1, user_id="alice") == []
+    assert search_memory_facts("   ", user_id="alice") == []
+    assert search_memory_facts("nothing like this", user_id="alice") == []
+    assert search_memory_facts("python", user_id="bob") == []
+
+
+@pytest.mark.usefixtures("searchable")
+def test_search_returns_copies() -> None:
+    [first] = search_memory_facts("dark", user_id="alice")
+    first["content"] = "tampered"
+
+    assert search_memory_facts("dark", user_id="alice")[0]["content"] == "Likes dark mode"

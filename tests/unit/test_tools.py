@@ -1,0 +1,151 @@
+"""Tool mode: plain callables with JSON results, scoped to the caller's user and agent."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from memstore.config import MemoryConfig, set_memory_config
+from memstore.facts import create_memory_fact, get_memory_data
+from memstore.tools import get_memory_tools, memory_add, memory_delete, memory_search, memory_update
+from memstore.user_context import reset_current_user, set_current_user
+
+
+def _json(raw: str) -> dict[str, Any]:
+    value = json.loads(raw)
+    assert isinstance(value, dict)
+    return value
+
+
+def test_get_memory_tools_returns_the_four_tools() -> None:
+    tools = get_memory_tools()
+    assert [tool.__name__ for tool in tools] == [
+        "memory_search",
+        "memory_add",
+        "memory_update",
+        "memory_delete",
+    ]
+    assert all(tool.__doc__ for tool in tools)
+
+
+def test_add_stores_a_manual_fact_with_tool_default_confidence() -> None:
+    result = _json(memory_add("  Prefers concise answers ", "preference", user_id="alice"))
+
+    assert result["status"] == "added"
+    [fact] = get_memory_data(user_id="alice")["facts"]
+    assert fact["id"] == result["fact_id"]
+    assert (fact["content"], fact["category"], fact["confidence"], fact["source"]) == (
+        "Prefers concise answers",
+        "preference",
+        0.7,
+        "manual",
+    )
+
+
+def test_add_uses_the_request_user_at_call_time() -> None:
+    token = set_current_user("carol")
+    try:
+        added = _json(memory_add("Speaks Dutch"))
+    finally:
+        reset_current_user(token)
+
+    assert [f["id"] for f in get_memory_data(user_id="carol")["facts"]] == [added["fact_id"]]
+    assert get_memory_data(user_id="default")["facts"] == []
+
+
+def test_add_rejects_a_duplicate_without_storing_it() -> None:
+    memory_add("Uses Vim", user_id="alice")
+
+    assert _json(memory_add("  USES VIM ", "knowledge", 0.9, user_id="alice")) == {"error": "Duplicate fact"}
+    assert len(get_memory_data(user_id="alice")["facts"]) == 1
+
+
+def test_add_rejects_a_duplicate_beyond_the_search_limit() -> None:
+    for index in range(12):
+        create_memory_fact(f"python fact {index}", confidence=0.9, user_id="alice")
+    create_memory_fact("Python fact 99", confidence=0.1, user_id="alice")
+
+    assert _json(memory_add("python FACT 99", user_id="alice")) == {"error": "Duplicate fact"}
+
+
+def test_add_reports_invalid_arguments() -> None:
+    assert _json(memory_add("   ", user_id="alice")) == {"error": "content"}
+    assert _json(memory_add("Fine", confidence=1.5, user_id="alice")) == {"error": "confidence"}
+    assert get_memory_data(user_id="alice")["facts"] == []
+
+
+def test_add_reports_failure_when_max_facts_keeps_better_facts(isolated_config: MemoryConfig) -> None:
+    set_memory_config(isolated_config.model_copy(update={"max_facts": 10}))
+    for index in range(10):
+        create_memory_fact(f"strong fact {index}", confidence=0.9, user_id="alice")
+
+    result = _json(memory_add("weak fact", confidence=0.2, user_id="alice"))
+
+    assert "error" in result and "fact_id" not in result
+    contents = [fact["content"] for fact in get_memory_data(user_id="alice")["facts"]]
+    assert len(contents) == 10 and "weak fact" not in contents
+
+
+def test_search_returns_results_and_count() -> None:
+    memory_add("Likes green tea", "preference", 0.6, user_id="alice")
+    memory_add("Drinks tea every morning", "behavior", 0.9, user_id="alice")
+    memory_add("Likes coffee", user_id="bob")
+
+    result = _json(memory_search("TEA", user_id="alice"))
+
+    assert result["count"] == 2
+    assert [fact["content"] for fact in result["results"]] == ["Drinks tea every morning", "Likes green tea"]
+    assert _json(memory_search("tea", category="preference", user_id="alice"))["count"] == 1
+    assert _json(memory_search("tea", limit=1, user_id="alice"))["count"] == 1
+    assert _json(memory_search("tea", user_id="bob")) == {"results": [], "count": 0}
+
+
+def test_search_keeps_non_ascii_readable() -> None:
+    memory_add("喜欢喝茶", user_id="alice")
+
+    raw = memory_search("茶", user_id="alice")
+
+    assert "喜欢喝茶" in raw
+    assert _json(raw)["count"] == 1
+
+
+def test_tools_report_errors_as_json() -> None:
+    assert "error" in _json(memory_search("tea", user_id="../escape"))
+    assert "error" in _json(memory_add("x", user_id="../escape"))
+
+
+def test_update_fact() -> None:
+    fact_id = _json(memory_add("Uses Python 3.11", user_id="alice"))["fact_id"]
+
+    result = _json(memory_update(fact_id, content="Uses Python 3.12", confidence=0.9, user_id="alice"))
+
+    assert result == {"fact_id": fact_id, "status": "updated"}
+    [fact] = get_memory_data(user_id="alice")["facts"]
+    assert (fact["content"], fact["confidence"], fact["source"]) == ("Uses Python 3.12", 0.9, "manual")
+
+
+def test_update_errors() -> None:
+    first = _json(memory_add("First", user_id="alice"))["fact_id"]
+    memory_add("Second", user_id="alice")
+
+    assert _json(memory_update("fact_nothere", content="x", user_id="alice")) == {
+        "error": "Fact not found: fact_nothere"
+    }
+    assert _json(memory_update(first, content="second", user_id="alice")) == {"error": "Duplicate fact"}
+    assert _json(memory_update(first, confidence=-1, user_id="alice")) == {"error": "confidence"}
+    # Another user's tool call cannot see alice's fact.
+    assert _json(memory_update(first, content="x", user_id="bob")) == {"error": f"Fact not found: {first}"}
+
+
+def test_delete_fact() -> None:
+    fact_id = _json(memory_add("Temporary", user_id="alice", agent_name="coder"))["fact_id"]
+
+    assert _json(memory_delete(fact_id, user_id="alice")) == {"error": f"Fact not found: {fact_id}"}
+    assert _json(memory_delete(fact_id, user_id="alice", agent_name="coder")) == {
+        "fact_id": fact_id,
+        "status": "deleted",
+    }
+    assert get_memory_data("coder", user_id="alice")["facts"] == []
+    assert _json(memory_delete(fact_id, user_id="alice", agent_name="coder")) == {
+        "error": f"Fact not found: {fact_id}"
+    }
