@@ -117,7 +117,9 @@ class RunningServer:
         self._server.daemon_threads = True
         host, port = self._server.server_address[:2]
         self.state.base_url = f"http://{host!s}:{port}/v1"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self) -> OpenAIStubServer:
         self._thread.start()

@@ -1,0 +1,159 @@
+"""Applies a normalised update to a memory document, in the reference's order.
+
+Order: section summaries, removals, new facts, ``max_facts`` trim, upload scrubbing. Work
+happens on a deep copy so a failure (or a failed save later) never touches the caller's
+document, which may be a storage cache; unknown top-level keys such as a provider's
+``revision`` ride along untouched.
+
+Confidence of new facts is clamped to [0, 1] with ``coerce_confidence``. The reference
+stores an LLM's 1.5 as-is, but our document format and the SQL ``CHECK`` require finite
+values in range, so 1.5 is stored as 1.0 and -0.2 as 0.0 (and is then below threshold).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import uuid
+from typing import Any
+
+from memstore.config import MemoryConfig
+from memstore.document import (
+    SECTION_GROUPS,
+    MemoryDocument,
+    coerce_confidence,
+    fact_content_key,
+    utc_now_iso_z,
+)
+from memstore.errors import MemstoreError
+from memstore.update_parser import MemoryUpdate
+
+# Sentences describing uploads. The pattern (and its quirks: neighbouring sentences get
+# glued, a "." inside a path ends the sentence) follows the reference so results match.
+UPLOAD_SENTENCE_RE = re.compile(
+    r"[^.!?]*\b(?:upload(?:ed|ing)?(?:\s+\w+){0,3}\s+(?:file|files?|document|documents?|attachment|attachments?)"
+    r"|file\s+upload|/mnt/user-data/uploads/|<uploaded_files>)[^.!?]*[.!?]?\s*",
+    re.IGNORECASE,
+)
+_MULTI_SPACE = re.compile(r"  +")
+
+
+class MalformedMemoryError(MemstoreError, ValueError):
+    """The stored document does not have the shape an update needs; nothing is saved."""
+
+
+def _require_shape(memory: MemoryDocument) -> None:
+    """Fill missing containers and refuse wrong-typed ones before anything is changed."""
+    if not isinstance(memory, dict):
+        raise MalformedMemoryError(f"memory document is a {type(memory).__name__}, not an object")
+    for group in SECTION_GROUPS:
+        if not isinstance(memory.setdefault(group, {}), dict):
+            raise MalformedMemoryError(f"memory document field {group!r} is not an object")
+    facts = memory.setdefault("facts", [])
+    if not isinstance(facts, list):
+        raise MalformedMemoryError("memory document field 'facts' is not a list")
+    for index, fact in enumerate(facts):
+        if not isinstance(fact, dict):
+            raise MalformedMemoryError(f"memory document fact #{index} is not an object")
+
+
+def _new_fact_id(taken: set[str]) -> str:
+    while True:
+        candidate = f"fact_{uuid.uuid4().hex[:8]}"
+        if candidate not in taken:
+            taken.add(candidate)
+            return candidate
+
+
+def _apply_sections(memory: MemoryDocument, update: MemoryUpdate, now: str) -> None:
+    for group in SECTION_GROUPS:
+        changes = update["user"] if group == "user" else update["history"]
+        for name, change in changes.items():
+            if change["shouldUpdate"] and change["summary"]:
+                memory[group][name] = {"summary": change["summary"], "updatedAt": now}
+
+
+def _add_new_facts(
+    memory: MemoryDocument, update: MemoryUpdate, *, thread_id: str | None, threshold: float, now: str
+) -> None:
+    facts: list[dict[str, Any]] = memory["facts"]
+    seen = {
+        fact_content_key(content)
+        for fact in facts
+        if isinstance(content := fact.get("content"), str) and content.strip()
+    }
+    taken_ids = {str(fact["id"]) for fact in facts if "id" in fact}
+    for new in update["newFacts"]:
+        confidence = coerce_confidence(new["confidence"])
+        key = fact_content_key(new["content"])
+        if confidence < threshold or not key or key in seen:
+            continue
+        seen.add(key)
+        fact: dict[str, Any] = {
+            "id": _new_fact_id(taken_ids),
+            "content": new["content"].strip(),
+            "category": new["category"],
+            "confidence": confidence,
+            "createdAt": now,
+            "source": thread_id or "unknown",
+        }
+        source_error = new.get("sourceError", "").strip()
+        if source_error:
+            fact["sourceError"] = source_error
+        facts.append(fact)
+
+
+def trim_facts_to_max(facts: list[dict[str, Any]], max_facts: int) -> list[dict[str, Any]]:
+    """Keep the ``max_facts`` most confident facts; the order changes only when trimming."""
+    if len(facts) <= max_facts:
+        return facts
+    ranked = sorted(facts, key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
+    return ranked[:max_facts]
+
+
+def strip_upload_mentions(memory: MemoryDocument) -> MemoryDocument:
+    """Remove upload sentences from every summary and drop facts that mention uploads (in place).
+
+    Uploaded files do not outlive their thread, so remembering them sends later sessions
+    looking for files that are gone. Non-string summaries and contents are left alone.
+    """
+    for group in SECTION_GROUPS:
+        sections = memory.get(group)
+        if not isinstance(sections, dict):
+            continue
+        for section in sections.values():
+            if isinstance(section, dict) and isinstance(section.get("summary"), str):
+                scrubbed = UPLOAD_SENTENCE_RE.sub("", section["summary"]).strip()
+                section["summary"] = _MULTI_SPACE.sub(" ", scrubbed)
+    facts = memory.get("facts")
+    if isinstance(facts, list) and facts:
+        memory["facts"] = [
+            fact
+            for fact in facts
+            if not (
+                isinstance(fact, dict)
+                and isinstance(fact.get("content"), str)
+                and UPLOAD_SENTENCE_RE.search(fact["content"])
+            )
+        ]
+    return memory
+
+
+def apply_updates(
+    memory: MemoryDocument, update: MemoryUpdate, *, thread_id: str | None, config: MemoryConfig
+) -> MemoryDocument:
+    """A new document: ``memory`` with ``update`` applied, trimmed and scrubbed."""
+    updated = copy.deepcopy(memory)
+    _require_shape(updated)
+    now = utc_now_iso_z()
+    _apply_sections(updated, update, now)
+    if update["factsToRemove"]:
+        removed = set(update["factsToRemove"])
+        updated["facts"] = [
+            fact
+            for fact in updated["facts"]
+            if not (isinstance(fact.get("id"), str) and fact["id"] in removed)
+        ]
+    _add_new_facts(updated, update, thread_id=thread_id, threshold=config.fact_confidence_threshold, now=now)
+    updated["facts"] = trim_facts_to_max(updated["facts"], config.max_facts)
+    return strip_upload_mentions(updated)

@@ -1,0 +1,189 @@
+"""Tolerant parsing of the extractor's reply into a normalised memory update.
+
+Models wrap JSON in think-tags, prose or code fences, and some providers return content as
+a list of blocks, so the parser flattens the content and then tries to decode a JSON value
+at every ``{``, accepting the first object that has ``user``, ``history`` and ``newFacts``
+(``factsToRemove`` is optional). Truncated JSON is never repaired.
+
+Field types are normalised so the apply step sees clean data. A reply that asks to remove
+facts while some of its new facts were malformed is refused as a whole: applying only the
+removal would turn "replace X with Y" into "forget X".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
+
+from memstore.document import SECTION_GROUPS
+from memstore.errors import MemstoreError
+
+REQUIRED_KEYS = frozenset({"user", "history", "newFacts"})
+DEFAULT_FACT_CONFIDENCE = 0.5
+_OPEN_BRACE = re.compile(r"\{")
+
+
+class MemoryUpdateParseError(MemstoreError, ValueError):
+    """The extractor's reply holds no usable memory update; nothing is saved."""
+
+
+class UnsafeMemoryUpdateError(MemoryUpdateParseError):
+    """The reply removes facts while some of its new facts are malformed; nothing is saved."""
+
+
+class SectionUpdate(TypedDict):
+    summary: str
+    shouldUpdate: bool
+
+
+class NewFact(TypedDict):
+    content: str
+    category: str
+    confidence: float
+    sourceError: NotRequired[str]
+
+
+class MemoryUpdate(TypedDict):
+    user: dict[str, SectionUpdate]
+    history: dict[str, SectionUpdate]
+    newFacts: list[NewFact]
+    factsToRemove: list[str]
+
+
+def extract_text(content: object) -> str:
+    """Flatten reply content to text.
+
+    Adjacent string chunks are streamed pieces of one text, so they join with no separator;
+    ``{"text": ...}`` blocks are separate parts and join with newlines. Other blocks are skipped.
+    """
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return str(content)
+    pieces: list[str] = []
+    chunk: list[str] = []
+    for part in content:
+        if isinstance(part, str):
+            chunk.append(part)
+            continue
+        if chunk:
+            pieces.append("".join(chunk))
+            chunk = []
+        if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            pieces.append(part["text"])
+    if chunk:
+        pieces.append("".join(chunk))
+    return "\n".join(pieces)
+
+
+def find_update_object(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text`` carrying every key in ``REQUIRED_KEYS``."""
+    decoder = json.JSONDecoder()
+    for match in _OPEN_BRACE.finditer(text):
+        try:
+            value, _ = decoder.raw_decode(text, match.start())
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and value.keys() >= REQUIRED_KEYS:
+            return value
+    preview = text[:200].replace("\n", " ")
+    raise MemoryUpdateParseError(
+        f"no JSON object with keys user, history and newFacts in the extractor reply: {preview!r}"
+    )
+
+
+def _normalise_sections(raw: object, names: tuple[str, ...]) -> dict[str, SectionUpdate]:
+    if not isinstance(raw, Mapping):
+        return {}
+    sections: dict[str, SectionUpdate] = {}
+    for name in names:
+        entry = raw.get(name)
+        if not isinstance(entry, Mapping):
+            continue
+        summary = entry.get("summary")
+        flag = entry.get("shouldUpdate")
+        should_update = flag is True or (isinstance(flag, str) and flag.strip().lower() == "true")
+        sections[name] = {
+            "summary": summary if isinstance(summary, str) else "",
+            "shouldUpdate": should_update,
+        }
+    return sections
+
+
+def _normalise_confidence(raw: object) -> float | None:
+    """A finite float, or ``None`` to reject the fact. Range clamping happens at apply time."""
+    if isinstance(raw, bool):
+        return None
+    if isinstance(raw, str):
+        raw = raw.strip()
+        if not raw:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            return None
+    elif isinstance(raw, int | float):
+        value = float(raw)
+    else:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def normalise_fact(raw: object) -> NewFact | None:
+    """A clean new fact, or ``None`` when it cannot be trusted."""
+    if not isinstance(raw, Mapping):
+        return None
+    content = raw.get("content")
+    if not isinstance(content, str) or not content.strip():
+        return None
+    confidence = _normalise_confidence(raw.get("confidence", DEFAULT_FACT_CONFIDENCE))
+    if confidence is None:
+        return None
+    category = raw.get("category")
+    fact: NewFact = {
+        "content": content.strip(),
+        "category": category.strip() if isinstance(category, str) and category.strip() else "context",
+        "confidence": confidence,
+    }
+    source_error = raw.get("sourceError")
+    if isinstance(source_error, str) and source_error.strip():
+        fact["sourceError"] = source_error.strip()
+    return fact
+
+
+def normalise_update(raw: Mapping[str, Any]) -> MemoryUpdate:
+    """Coerce an accepted reply object into ``MemoryUpdate``; raise when it is unsafe to apply."""
+    raw_facts = raw.get("newFacts")
+    new_facts: list[NewFact] = []
+    dropped = not isinstance(raw_facts, list)
+    for entry in raw_facts if isinstance(raw_facts, list) else []:
+        fact = normalise_fact(entry)
+        if fact is None:
+            dropped = True
+        else:
+            new_facts.append(fact)
+    raw_removals = raw.get("factsToRemove")
+    removals = (
+        [item for item in raw_removals if isinstance(item, str)] if isinstance(raw_removals, list) else []
+    )
+    if removals and dropped:
+        raise UnsafeMemoryUpdateError(
+            "refusing a partial update: factsToRemove is set while newFacts is malformed "
+            f"({len(removals)} removal(s) would apply without their replacements)"
+        )
+    return {
+        "user": _normalise_sections(raw.get("user"), SECTION_GROUPS["user"]),
+        "history": _normalise_sections(raw.get("history"), SECTION_GROUPS["history"]),
+        "newFacts": new_facts,
+        "factsToRemove": removals,
+    }
+
+
+def parse_update_response(content: object) -> MemoryUpdate:
+    """Parse raw reply content (str, block list, ...) into a normalised update."""
+    return normalise_update(find_update_object(extract_text(content).strip()))
