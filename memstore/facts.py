@@ -23,6 +23,7 @@ from memstore.document import (
     fact_content_key,
     utc_now_iso_z,
 )
+from memstore.errors import MemstoreError
 from memstore.storage.loader import get_memory_storage
 from memstore.update_apply import trim_facts_to_max
 
@@ -32,7 +33,7 @@ MANUAL_SOURCE = "manual"
 DEFAULT_CATEGORY = "context"
 
 
-class DuplicateFactError(ValueError):
+class DuplicateFactError(MemstoreError, ValueError):
     """A fact with the same content key (``strip().casefold()``) already exists in the scope."""
 
     def __init__(self, existing_id: object) -> None:

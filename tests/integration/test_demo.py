@@ -1,0 +1,29 @@
+"""``memstore demo`` through the real console entry point, in a fresh working directory."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_demo_builds_memory_for_both_users_on_the_default_storage(tmp_path: Path) -> None:
+    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_") and k != "OPENAI_API_KEY"}
+    result = subprocess.run(
+        [executable, "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Extractor: rule-based" in out
+    assert "=== alice ===" in out and "=== wei ===" in out
+    alice, wei = out.split("=== wei ===")
+    assert "User works at Acme Robotics as a backend engineer" in alice
+    assert "(avoid: " in alice
+    assert "用户喜欢简洁的中文回答" in wei and "Acme" not in wei
+    assert alice.count("<memory>") == 1 and wei.count("<memory>") == 1
+    # The default data directory is created in the working directory.
+    assert (tmp_path / ".memstore").is_dir()
