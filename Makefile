@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint typecheck pytest demo clean
+.PHONY: setup test lint typecheck pytest demo clean migrations
 
 setup: $(STAMP)
 
@@ -25,6 +25,10 @@ pytest: $(STAMP)
 	scripts/with-postgres.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test: lint typecheck pytest
+
+# Re-render migrations/ from alembic/versions (REGENERATE=1 first rebuilds revision 0001 from models.py).
+migrations: $(STAMP)
+	$(BIN)/python scripts/render_migrations.py $(if $(REGENERATE),--regenerate-initial)
 
 demo: $(STAMP)
 	$(BIN)/memstore demo

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import click
 
 from memstore import __name__ as _package
+from memstore.errors import MemstoreError
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _MemstoreGroup(click.Group):
+    """Turns memstore's own errors into a one-line message and exit code 1, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MemstoreError as exc:
+            raise click.ClickException(str(exc)) from exc
+
+
+@click.group(cls=_MemstoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Log at INFO level to stderr.")
 def main(verbose: bool) -> None:
     """memstore: long-term memory for LLM agent gateways, kept in SQL."""
@@ -17,3 +29,19 @@ def main(verbose: bool) -> None:
         level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     logging.getLogger(_package).setLevel(logging.INFO if verbose else logging.WARNING)
+
+
+def _register() -> None:
+    """Attach each command module; imported here so ``memstore --help`` lists them all."""
+    from memstore.cli.db import db
+    from memstore.cli.demo import demo
+    from memstore.cli.show import show
+    from memstore.cli.transfer import import_command
+
+    main.add_command(db)
+    main.add_command(demo)
+    main.add_command(import_command)
+    main.add_command(show)
+
+
+_register()

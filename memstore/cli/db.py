@@ -1,0 +1,141 @@
+"""``memstore db``: create, migrate and inspect the schema with the Alembic revisions shipped in memstore.
+
+Works from an installed wheel, anywhere: no alembic.ini and no checkout needed. URLs are only
+ever printed masked, and error messages are scrubbed of the password as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import quote
+
+import click
+from alembic.util import CommandError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from memstore.config import get_memory_config
+from memstore.errors import MemstoreError
+from memstore.storage.sql import migrate
+from memstore.storage.sql.engine import database_url_from_config, dispose_engines, mask_url
+
+url_option = click.option(
+    "--url",
+    metavar="URL",
+    help="SQLAlchemy database URL. Default: database_url from MEMSTORE_DATABASE_URL or the "
+    "MEMSTORE_CONFIG file, else the embedded SQLite file in data_dir.",
+)
+
+
+@click.group()
+def db() -> None:
+    """Create and migrate the memstore schema (upgrade, downgrade, current, history, sql)."""
+    click.get_current_context().call_on_close(dispose_engines)
+
+
+@db.command()
+@click.argument("revision", default="head")
+@url_option
+def upgrade(revision: str, url: str | None) -> None:
+    """Upgrade the database to REVISION (default: head)."""
+    url = _resolve(url)
+    with _reporting(url):
+        before, after = migrate.upgrade(url, revision)
+    click.echo(_moved(url, before, after))
+
+
+@db.command()
+@click.argument("revision")
+@url_option
+def downgrade(revision: str, url: str | None) -> None:
+    """Downgrade the database to REVISION ("base" drops every memstore table)."""
+    url = _resolve(url)
+    with _reporting(url):
+        before, after = migrate.downgrade(url, revision)
+    click.echo(_moved(url, before, after))
+
+
+@db.command()
+@url_option
+def current(url: str | None) -> None:
+    """Show the database's revision."""
+    url = _resolve(url)
+    with _reporting(url):
+        revision, head = migrate.current(url), migrate.head()
+    state = "(head)" if revision == head else f"(head is {head}: run `memstore db upgrade`)"
+    click.echo(f"{mask_url(url)}: {_label(revision)} {state}")
+
+
+@db.command()
+def history() -> None:
+    """List the revisions shipped with this memstore, newest first."""
+    with _reporting(None):
+        scripts = migrate.history()
+    for script in scripts:
+        down = script.down_revision if isinstance(script.down_revision, str) else None
+        mark = " (head)" if script.is_head else ""
+        click.echo(f"{_label(down)} -> {script.revision}{mark}: {(script.doc or '').strip()}")
+
+
+@db.command()
+@click.option("--dialect", type=click.Choice(migrate.DIALECTS), help="Default: the configured database's.")
+@click.option("--from", "from_rev", metavar="REV", help="Start revision (default: an empty database).")
+@click.option("--to", "to_rev", metavar="REV", default="head", show_default=True, help="Target revision.")
+def sql(dialect: migrate.Dialect | None, from_rev: str | None, to_rev: str) -> None:
+    """Print the migration SQL for a DBA to review and apply, without connecting anywhere.
+
+    A --to older than --from prints the downgrade.
+    """
+    with _reporting(None):
+        chosen = dialect or migrate.dialect_of(_resolve(None))
+        click.echo(migrate.render_sql(chosen, from_rev, to_rev), nl=False)
+
+
+def _resolve(url: str | None) -> str:
+    if url:
+        return url
+    try:
+        return database_url_from_config(get_memory_config())
+    except MemstoreError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@contextmanager
+def _reporting(url: str | None) -> Iterator[None]:
+    """Turn expected failures into one clean, password-free line and exit status 1."""
+    try:
+        yield
+    except (MemstoreError, CommandError) as exc:
+        raise click.ClickException(_scrub(str(exc), url)) from exc
+    except DBAPIError as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__
+        where = mask_url(url) if url else "the database"
+        raise click.ClickException(_scrub(f"cannot use {where}: {reason}", url)) from exc
+    except SQLAlchemyError as exc:
+        raise click.ClickException(_scrub(str(exc).splitlines()[0], url)) from exc
+
+
+def _scrub(message: str, url: str | None) -> str:
+    """Drivers may echo connection details; never let the password through (as typed or URL-encoded).
+
+    Passwords shorter than four characters are left alone: masking every "b" garbles the message.
+    """
+    try:
+        password = make_url(url).password if url else None
+    except Exception:
+        password = None
+    for secret in {str(password), quote(str(password), safe="")} if password else ():
+        if len(secret) >= 4:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _moved(url: str, before: str | None, after: str | None) -> str:
+    if before == after:
+        return f"{mask_url(url)}: already at {_label(after)}"
+    return f"{mask_url(url)}: {_label(before)} -> {_label(after)}"
+
+
+def _label(revision: str | None) -> str:
+    return revision or "<base>"

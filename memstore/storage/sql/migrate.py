@@ -1,0 +1,244 @@
+"""Alembic, driven from code: find the shipped revision scripts and move a database between revisions.
+
+The revision chain in ``alembic/`` is the only source of DDL. Every online migration runs in one
+transaction that first takes a database-wide lock (``BEGIN IMMEDIATE`` on SQLite, a transaction-level
+advisory lock on PostgreSQL), so gateway replicas that start together migrate exactly once and the
+others find the schema already at head when the lock is theirs.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import Script, ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.engine import URL
+
+from memstore.errors import MemstoreError
+from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, get_engine, mask_url, normalize_url
+
+logger = logging.getLogger(__name__)
+
+Dialect = Literal["sqlite", "postgresql"]
+DIALECTS: tuple[Dialect, ...] = ("sqlite", "postgresql")
+
+# Key of the PostgreSQL advisory lock every memstore process takes before migrating ("memstore").
+PG_MIGRATION_LOCK_KEY = 0x6D656D73746F7265
+# Offline rendering needs only a dialect, never a connection.
+_OFFLINE_URLS: dict[Dialect, str] = {"sqlite": "sqlite://", "postgresql": "postgresql+psycopg://"}
+
+
+class MigrationError(MemstoreError):
+    """A migration could not run: unknown revision, broken revision chain, integrity check failed."""
+
+
+class SchemaNotReadyError(MigrationError):
+    """The database is not at the schema revision this memstore needs; the message says what to run."""
+
+
+def script_location() -> Path:
+    """Where ``env.py`` and ``versions/`` live: inside the installed wheel, else the checkout's ``alembic/``.
+
+    The wheel carries the repository's ``alembic/`` as ``memstore/_alembic``; an editable install
+    has no such directory, so the checkout next to the package is used instead.
+    """
+    packaged = resources.files("memstore").joinpath("_alembic")
+    if isinstance(packaged, Path) and (packaged / "env.py").is_file():
+        return packaged
+    checkout = Path(__file__).resolve().parents[3] / "alembic"
+    if (checkout / "env.py").is_file():
+        return checkout
+    raise MigrationError("memstore's migration scripts are missing: neither memstore/_alembic nor alembic/")
+
+
+def alembic_config(
+    url: str | URL | None = None, *, connection: Connection | None = None, output: io.StringIO | None = None
+) -> Config:
+    """An Alembic config built in code, so nothing depends on the cwd or on alembic.ini.
+
+    The URL and connection travel in ``attributes`` rather than ini options: ini values are
+    %-interpolated, which would mangle passwords containing ``%``.
+    """
+    config = Config(output_buffer=output)
+    config.set_main_option("script_location", str(script_location()).replace("%", "%%"))
+    if url is not None:
+        config.attributes["url"] = normalize_url(url)
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head() -> str:
+    """The single head revision of the shipped chain."""
+    try:
+        revision = _scripts().get_current_head()
+    except (CommandError, RevisionError) as exc:
+        raise MigrationError(f"the revision chain is broken: {exc}") from exc
+    if revision is None:
+        raise MigrationError("the revision chain is empty")
+    return revision
+
+
+def history() -> list[Script]:
+    """Every revision, newest first."""
+    try:
+        return list(_scripts().walk_revisions())
+    except (CommandError, RevisionError) as exc:
+        raise MigrationError(f"the revision chain is broken: {exc}") from exc
+
+
+def current(url: str | URL) -> str | None:
+    """The database's revision; ``None`` for an empty database (or a SQLite file that does not exist)."""
+    normalized = normalize_url(url)
+    if normalized.get_backend_name() == "sqlite" and not _sqlite_file_exists(normalized):
+        return None
+    with get_engine(normalized).connect() as connection:
+        return _revision_of(connection)
+
+
+def upgrade(url: str | URL, revision: str = "head") -> tuple[str | None, str | None]:
+    """Upgrade under the migration lock; returns the revisions before and after."""
+    return _migrate(get_engine(url), command.upgrade, revision)
+
+
+def downgrade(url: str | URL, revision: str) -> tuple[str | None, str | None]:
+    """Downgrade under the migration lock (``"base"`` drops every memstore table)."""
+    return _migrate(get_engine(url), command.downgrade, revision)
+
+
+def prepare_database(engine: Engine, *, auto_migrate: bool) -> None:
+    """Make sure ``engine``'s schema is at head before the storage uses it.
+
+    SQLite (embedded, one owner) is always migrated. PostgreSQL is shared by many replicas and
+    owned by a DBA, so it is only migrated when ``auto_migrate`` is on; otherwise a database
+    behind head fails fast with the command to run.
+    """
+    target = head()
+    with engine.connect() as connection:
+        found = _revision_of(connection)
+    if found == target:
+        return
+    where = mask_url(engine.url)
+    if found is not None and found not in {script.revision for script in history()}:
+        raise SchemaNotReadyError(
+            f"database {where} is at revision {found}, which this memstore does not know "
+            f"(head is {target}): it was migrated by a newer memstore; upgrade memstore"
+        )
+    if engine.dialect.name == "postgresql" and not auto_migrate:
+        raise SchemaNotReadyError(
+            f"database {where} is at revision {found or '<base> (empty)'}, head is {target}: "
+            "run `memstore db upgrade` (or set auto_migrate: true)"
+        )
+    logger.info("migrating %s from %s to %s", where, found or "<base>", target)
+    _migrate(engine, command.upgrade, "head")
+
+
+def render_sql(dialect: Dialect, from_rev: str | None = None, to_rev: str = "head") -> str:
+    """The offline (``--sql``) script from ``from_rev`` (``None``: empty database) to ``to_rev``.
+
+    A ``to_rev`` older than ``from_rev`` (or ``"base"``) renders the downgrade instead.
+    """
+    if dialect not in _OFFLINE_URLS:
+        raise MigrationError(f"unknown dialect {dialect!r}; choose one of {', '.join(DIALECTS)}")
+    output = io.StringIO()
+    config = alembic_config(_OFFLINE_URLS[dialect], output=output)
+    try:
+        if from_rev is not None and _is_older(to_rev, than=from_rev):
+            command.downgrade(config, f"{from_rev}:{to_rev}", sql=True)
+        else:
+            command.upgrade(config, f"{from_rev}:{to_rev}" if from_rev else to_rev, sql=True)
+    except (CommandError, RevisionError) as exc:
+        raise MigrationError(str(exc)) from exc
+    return output.getvalue()
+
+
+def dialect_of(url: str | URL) -> Dialect:
+    """``"sqlite"`` or ``"postgresql"`` for a supported URL (no connection is made)."""
+    return "sqlite" if normalize_url(url).get_backend_name() == "sqlite" else "postgresql"
+
+
+@contextmanager
+def migration_connection(engine: Engine) -> Iterator[Connection]:
+    """A connection in one transaction that holds the database-wide migration lock; commits on success."""
+    if engine.dialect.name != "sqlite":
+        with engine.connect() as connection, connection.begin():
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_MIGRATION_LOCK_KEY})
+            yield connection
+        return
+    with engine.connect() as connection:
+        # Batch migrations recreate tables; with foreign keys on, dropping the old parent table
+        # would cascade-delete child rows. The pragma is a no-op inside a transaction, so set it first.
+        _set_sqlite_foreign_keys(connection, enabled=False)
+        try:
+            connection.execution_options(**{SQLITE_WRITE_OPTION: True})
+            with connection.begin():
+                yield connection
+                violations = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if violations:
+                    raise MigrationError(f"migration left dangling foreign keys: {violations[:5]}")
+        finally:
+            _set_sqlite_foreign_keys(connection, enabled=True)
+
+
+def _migrate(
+    engine: Engine, action: Callable[[Config, str], None], revision: str
+) -> tuple[str | None, str | None]:
+    try:
+        with migration_connection(engine) as connection:
+            before = _revision_of(connection)
+            action(alembic_config(connection=connection), revision)
+            after = _revision_of(connection)
+    except (CommandError, RevisionError) as exc:
+        raise MigrationError(str(exc)) from exc
+    if before != after:
+        logger.info("migrated %s from %s to %s", mask_url(engine.url), before or "<base>", after or "<base>")
+    return before, after
+
+
+def _revision_of(connection: Connection) -> str | None:
+    try:
+        return MigrationContext.configure(connection).get_current_revision()
+    except CommandError as exc:
+        raise MigrationError(str(exc)) from exc
+
+
+def _is_older(revision: str, *, than: str) -> bool:
+    """Whether ``revision`` is a strict ancestor of ``than`` (``"base"`` always is)."""
+    if revision == "base":
+        return True
+    scripts = _scripts()
+    try:
+        target = scripts.get_revision(revision)
+        ancestors = {script.revision for script in scripts.walk_revisions("base", than)}
+    except (CommandError, RevisionError) as exc:
+        raise MigrationError(str(exc)) from exc
+    return target is not None and target.revision != than and target.revision in ancestors
+
+
+def _sqlite_file_exists(url: URL) -> bool:
+    database = url.database or ""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return True
+    return Path(database).expanduser().exists()
+
+
+def _set_sqlite_foreign_keys(connection: Connection, *, enabled: bool) -> None:
+    driver: Any = connection.connection.driver_connection
+    driver.execute(f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}")

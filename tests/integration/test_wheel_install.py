@@ -1,0 +1,98 @@
+"""`memstore db` from the built wheel, installed into a fresh virtual environment outside the checkout.
+
+This is what a DBA gets from `pip install memstore[postgres]`: no alembic.ini, no alembic/ directory
+beside the code, only the revision scripts shipped inside the package.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from memstore.storage.sql import migrate
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin/ directory of a new venv with the freshly built wheel installed (once per session)."""
+    root = tmp_path_factory.mktemp("wheel")
+    # hatchling is already in this venv, so skip build isolation: the build needs no network.
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            root,
+            REPO,
+        ],
+        check=True,
+        cwd=root,
+    )
+    [wheel] = root.glob("memstore-*.whl")
+    venv.create(root / "venv", with_pip=True)
+    bin_dir = root / "venv" / "bin"
+    subprocess.run(
+        [bin_dir / "python", "-m", "pip", "install", "--quiet", f"{wheel}[postgres]"], check=True, cwd=root
+    )
+    return bin_dir
+
+
+def run(bin_dir: Path, cwd: Path, *args: str, url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a venv executable with nothing of the checkout or the test venv in its environment."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("MEMSTORE_", "PYTHON", "VIRTUAL_ENV")) and k != "PATH"
+    }
+    env["PATH"] = f"{bin_dir}{os.pathsep}/usr/bin:/bin"
+    if url is not None:
+        env["MEMSTORE_DATABASE_URL"] = url
+    result = subprocess.run(
+        [str(bin_dir / args[0]), *args[1:]], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, f"{args}: {result.stdout}{result.stderr}"
+    return result
+
+
+def test_scripts_come_from_the_installed_package(installed: Path, tmp_path: Path) -> None:
+    code = "from memstore.storage.sql.migrate import script_location; print(script_location())"
+    location = Path(run(installed, tmp_path, "python", "-c", code).stdout.strip())
+    assert location.is_relative_to(installed.parent) and location.name == "_alembic"
+    assert not location.is_relative_to(REPO)
+
+
+def test_upgrade_an_empty_sqlite_file(installed: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'fresh' / 'memory.db'}"
+    run(installed, tmp_path, "memstore", "db", "upgrade", "--url", url)
+    current = run(installed, tmp_path, "memstore", "db", "current", "--url", url)
+    assert current.stdout == f"{url}: {migrate.head()} (head)\n"
+
+
+@pytest.mark.postgres
+def test_upgrade_an_empty_postgresql_database(installed: Path, tmp_path: Path, pg_url: str) -> None:
+    """The URL comes from MEMSTORE_DATABASE_URL here, the way a deployment configures it."""
+    run(installed, tmp_path, "memstore", "db", "upgrade", url=pg_url)
+    current = run(installed, tmp_path, "memstore", "db", "current", url=pg_url)
+    assert current.stdout.endswith(f": {migrate.head()} (head)\n")
+    downgraded = run(installed, tmp_path, "memstore", "db", "downgrade", "base", url=pg_url)
+    assert downgraded.stdout.endswith(f"{migrate.head()} -> <base>\n")
+
+
+def test_history_and_offline_sql(installed: Path, tmp_path: Path) -> None:
+    history = run(installed, tmp_path, "memstore", "db", "history")
+    assert f"-> {migrate.head()} (head)" in history.stdout
+    for dialect in migrate.DIALECTS:
+        rendered = run(installed, tmp_path, "memstore", "db", "sql", "--dialect", dialect)
+        assert rendered.stdout == migrate.render_sql(dialect)
