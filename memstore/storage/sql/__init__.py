@@ -1,0 +1,8 @@
+"""The SQL storage provider for SQLite and PostgreSQL.
+
+Select it with ``storage_class: memstore.storage.sql.SqlMemoryStorage``.
+"""
+
+from memstore.storage.sql.storage import SqlMemoryStorage
+
+__all__ = ["SqlMemoryStorage"]

@@ -1,0 +1,315 @@
+"""Row <-> document conversion for the SQL provider, lossless for facts and sections.
+
+Known keys live in real columns so SQL can filter and sort on them. Whatever the columns cannot
+reproduce exactly -- a missing key, a ``createdAt`` like ``"2026-07-14"`` or with a ``+08:00``
+offset, a non-string ``source``, an integer confidence -- is kept verbatim in the row's ``extra``
+JSON under the reserved key ``$memstore`` (``{"raw": {key: value}, "absent": [key, ...]}``), so
+``load(save(doc))`` gives back the same fact and section values. Unknown keys are kept flat in
+``extra``, where a DBA can query them.
+
+One deliberate normalisation: a confidence that is not a finite number in [0, 1] (a string,
+null, a bool, NaN, 1.5) is stored and loaded as ``coerce_confidence(value)``, because the column
+carries a CHECK constraint and every reader coerces it anyway.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from memstore.document import SECTION_GROUPS, coerce_confidence, fact_content_key
+
+RESERVED_KEY = "$memstore"
+FACT_FIELDS = ("id", "content", "category", "confidence", "createdAt", "source", "sourceError")
+SECTION_FIELDS = ("summary", "updatedAt")
+DEFAULT_CATEGORY = "context"
+MAX_FACT_ID = 64
+MAX_CATEGORY = 64
+MAX_SOURCE = 255
+MAX_VERSION = 16
+_MISSING = object()
+
+
+class MalformedDocumentError(ValueError):
+    """A document whose shape cannot be stored without guessing; the save is refused."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FactValues:
+    """A fact as stored, minus bookkeeping (revisions, position)."""
+
+    fact_id: str
+    content: str
+    category: str
+    confidence: float
+    created_at: datetime | None
+    source: str | None
+    source_error: str | None
+    extra: dict[str, Any]
+
+    @property
+    def content_key(self) -> str:
+        return fact_content_key(self.content)
+
+    def same_as(self, other: FactValues) -> bool:
+        """Type-strict equality: ``{"x": 1}`` and ``{"x": True}`` in ``extra`` differ."""
+        return (
+            self.fact_id == other.fact_id
+            and self.content == other.content
+            and self.category == other.category
+            and self.confidence == other.confidence
+            and self.created_at == other.created_at
+            and self.source == other.source
+            and self.source_error == other.source_error
+            and canonical_json(self.extra) == canonical_json(other.extra)
+        )
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SectionValues:
+    summary: str
+    updated_at: datetime | None
+    extra: dict[str, Any]
+
+    def same_as(self, other: SectionValues) -> bool:
+        return (
+            self.summary == other.summary
+            and self.updated_at == other.updated_at
+            and canonical_json(self.extra) == canonical_json(other.extra)
+        )
+
+
+EMPTY_SECTION = SectionValues("", None, {})
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingFact:
+    """A validated document fact; ``generated_id`` marks ids we made up (safe to re-roll)."""
+
+    values: FactValues
+    generated_id: bool
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingDocument:
+    """What a save asks for. ``facts is None`` means the document carried no ``facts`` key."""
+
+    revision: int | None
+    version: str | None
+    facts: list[IncomingFact] | None
+    sections: dict[str, SectionValues]
+
+
+def new_fact_id() -> str:
+    return f"fact_{secrets.token_hex(4)}"
+
+
+def format_timestamp(value: datetime) -> str:
+    """ISO-8601 UTC with a ``Z`` suffix, the document's timestamp format."""
+    if value.tzinfo is None:  # SQLite hands back naive datetimes; we only ever store UTC.
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+
+
+def parse_timestamp(raw: object) -> datetime | None:
+    """The instant ``raw`` names, in UTC (naive means UTC), or None when it is not a timestamp."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+def canonical_json(value: object) -> str:
+    """Strict JSON (no NaN), sorted: comparable across reads and accepted by every backend."""
+    if value == {}:
+        return "{}"  # the common case, on the hot path of every save
+    try:
+        return _storable(json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise MalformedDocumentError(f"value is not JSON-serialisable: {exc}") from exc
+
+
+def _storable(text: str) -> str:
+    """``text`` if it can be sent to the database as UTF-8 (a lone surrogate cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MalformedDocumentError(f"text is not valid Unicode: {exc}") from exc
+    return text
+
+
+def _same(left: object, right: object) -> bool:
+    # 1 == 1.0 == True in Python; a round trip must not turn one into another.
+    return type(left) is type(right) and left == right
+
+
+def _with_overrides(
+    base: Mapping[str, object], given: Mapping[str, Any], fields: tuple[str, ...]
+) -> dict[str, Any]:
+    """``given``'s unknown keys plus a ``$memstore`` entry for known keys the columns cannot reproduce."""
+    extra = {key: value for key, value in given.items() if key not in fields and key != RESERVED_KEY}
+    raw = {
+        key: given[key] for key in fields if key in given and not _same(base.get(key, _MISSING), given[key])
+    }
+    if RESERVED_KEY in given:
+        raw[RESERVED_KEY] = given[RESERVED_KEY]
+    absent = [key for key in fields if key in base and key not in given]
+    if raw or absent:
+        meta: dict[str, Any] = {}
+        if raw:
+            meta["raw"] = raw
+        if absent:
+            meta["absent"] = absent
+        extra[RESERVED_KEY] = meta
+    return extra
+
+
+def _apply_overrides(document: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in extra.items():
+        if key != RESERVED_KEY:
+            document[key] = value
+    meta = extra.get(RESERVED_KEY)
+    if isinstance(meta, dict):
+        for key in meta.get("absent", ()):
+            document.pop(key, None)
+        document.update(meta.get("raw", {}))
+    return document
+
+
+def _fact_base(values: FactValues) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": values.fact_id,
+        "content": values.content,
+        "category": values.category,
+        "confidence": values.confidence,
+    }
+    if values.created_at is not None:
+        base["createdAt"] = format_timestamp(values.created_at)
+    if values.source is not None:
+        base["source"] = values.source
+    if values.source_error is not None:
+        base["sourceError"] = values.source_error
+    return base
+
+
+def _is_conforming_confidence(raw: object) -> bool:
+    return isinstance(raw, int | float) and not isinstance(raw, bool) and math.isfinite(raw) and 0 <= raw <= 1
+
+
+def encode_fact(raw: Mapping[str, Any], fact_id: str) -> FactValues:
+    """Column values for a validated document fact (``content`` already checked)."""
+    given = dict(raw)
+    given["id"] = fact_id
+    if "confidence" in given and not _is_conforming_confidence(given["confidence"]):
+        given["confidence"] = coerce_confidence(given["confidence"])
+    category = given.get("category")
+    source = given.get("source")
+    source_error = given.get("sourceError")
+    values = FactValues(
+        fact_id=_storable(fact_id),
+        content=_storable(given["content"]),
+        category=_storable(category)
+        if isinstance(category, str) and len(category) <= MAX_CATEGORY
+        else DEFAULT_CATEGORY,
+        confidence=float(coerce_confidence(given.get("confidence"))),
+        created_at=parse_timestamp(given.get("createdAt")),
+        source=_storable(source) if isinstance(source, str) and len(source) <= MAX_SOURCE else None,
+        source_error=_storable(source_error) if isinstance(source_error, str) else None,
+        extra={},
+    )
+    # ``extra`` depends on what the columns reproduce, so it is filled in once they are known.
+    values.extra.update(_with_overrides(_fact_base(values), given, FACT_FIELDS))
+    canonical_json(values.extra)  # refuse what the database could not store (NaN, objects)
+    return values
+
+
+def decode_fact(values: FactValues) -> dict[str, Any]:
+    return _apply_overrides(_fact_base(values), values.extra)
+
+
+def _section_base(values: SectionValues) -> dict[str, Any]:
+    updated = format_timestamp(values.updated_at) if values.updated_at is not None else ""
+    return {"summary": values.summary, "updatedAt": updated}
+
+
+def encode_section(raw: Mapping[str, Any]) -> SectionValues:
+    summary = raw.get("summary")
+    base = SectionValues(
+        summary=_storable(summary) if isinstance(summary, str) else "",
+        updated_at=parse_timestamp(raw.get("updatedAt")),
+        extra={},
+    )
+    base.extra.update(_with_overrides(_section_base(base), raw, SECTION_FIELDS))
+    canonical_json(base.extra)
+    return base
+
+
+def decode_section(values: SectionValues) -> dict[str, Any]:
+    return _apply_overrides(_section_base(values), values.extra)
+
+
+def parse_document(memory: object) -> IncomingDocument:
+    """Validate and encode a document for saving; raises MalformedDocumentError rather than guess.
+
+    Missing ``facts``/``user``/``history`` keys (or section names) mean "leave as stored", never
+    "delete". Top-level keys other than revision/version/user/history/facts, and section names
+    outside the six known ones, are not stored.
+    """
+    if not isinstance(memory, dict):
+        raise MalformedDocumentError(f"a memory document must be a dict, got {type(memory).__name__}")
+    revision = memory.get("revision")
+    if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
+        raise MalformedDocumentError(f"'revision' must be a non-negative integer, got {revision!r}")
+    version = memory.get("version")
+    sections: dict[str, SectionValues] = {}
+    for group, names in SECTION_GROUPS.items():
+        if group not in memory:
+            continue
+        group_value = memory[group]
+        if not isinstance(group_value, dict):
+            raise MalformedDocumentError(f"'{group}' must be an object, got {type(group_value).__name__}")
+        for name in names:
+            if name not in group_value:
+                continue
+            section = group_value[name]
+            if not isinstance(section, dict):
+                raise MalformedDocumentError(f"section {group}.{name} must be an object")
+            sections[name] = encode_section(section)
+    return IncomingDocument(
+        revision=revision,
+        version=version if isinstance(version, str) and len(version) <= MAX_VERSION else None,
+        facts=_parse_facts(memory["facts"]) if "facts" in memory else None,
+        sections=sections,
+    )
+
+
+def _parse_facts(raw_facts: object) -> list[IncomingFact]:
+    if not isinstance(raw_facts, list):
+        raise MalformedDocumentError(f"'facts' must be a list, got {type(raw_facts).__name__}")
+    facts: list[IncomingFact] = []
+    seen_ids: set[str] = set()
+    for index, raw in enumerate(raw_facts):
+        if not isinstance(raw, dict):
+            raise MalformedDocumentError(f"facts[{index}] must be an object, got {type(raw).__name__}")
+        content = raw.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise MalformedDocumentError(f"facts[{index}] has no content (a non-blank string is required)")
+        raw_id = raw.get("id")
+        # A missing, odd or repeated id gets a fresh one rather than overwriting another fact.
+        generated = not (isinstance(raw_id, str) and 0 < len(raw_id) <= MAX_FACT_ID) or raw_id in seen_ids
+        fact_id = new_fact_id() if generated else str(raw_id)
+        while fact_id in seen_ids:
+            fact_id = new_fact_id()
+        seen_ids.add(fact_id)
+        facts.append(IncomingFact(encode_fact(raw, fact_id), generated))
+    return facts

@@ -1,0 +1,242 @@
+"""The SQL provider's pure parts: the lossless codec and the merge planner."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memstore.storage.sql.codec import (
+    FactValues,
+    SectionValues,
+    decode_fact,
+    decode_section,
+    encode_fact,
+    encode_section,
+    parse_document,
+)
+from memstore.storage.sql.merge import (
+    MergePlan,
+    StoredFact,
+    StoredSection,
+    _assign_positions,
+    plan_merge,
+)
+
+# --- codec -----------------------------------------------------------------------------------------
+
+json_leaf = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+)
+json_value = st.recursive(
+    json_leaf, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=8
+)
+timestamp_like = st.sampled_from(
+    ["2026-07-14T15:35:46.123456Z", "2026-07-14T15:35:46Z", "2026-07-14", "2026-07-14T15:35:46+08:00", ""]
+)
+fact_field = st.one_of(json_value, timestamp_like)
+
+
+@given(
+    content=st.text().filter(str.strip),
+    known=st.fixed_dictionaries(
+        {},
+        optional={
+            "category": fact_field,
+            "confidence": st.floats(0, 1) | st.integers(0, 1),
+            "createdAt": fact_field,
+            "source": fact_field,
+            "sourceError": fact_field,
+            "$memstore": json_value,
+        },
+    ),
+    unknown=st.dictionaries(
+        st.text().filter(lambda key: key not in {"id", "content"}), json_value, max_size=3
+    ),
+)
+def test_any_fact_decodes_to_exactly_what_was_encoded(
+    content: str, known: dict[str, Any], unknown: dict[str, Any]
+) -> None:
+    fact = {**unknown, "id": "fact_00000001", "content": content, **known}
+    decoded = decode_fact(encode_fact(fact, "fact_00000001"))
+    assert json.dumps(decoded, sort_keys=True) == json.dumps(fact, sort_keys=True)
+
+
+@given(
+    st.fixed_dictionaries({}, optional={"summary": fact_field, "updatedAt": fact_field, "note": json_value})
+)
+def test_any_section_decodes_to_exactly_what_was_encoded(section: dict[str, Any]) -> None:
+    decoded = decode_section(encode_section(section))
+    assert json.dumps(decoded, sort_keys=True) == json.dumps(section, sort_keys=True)
+
+
+def test_known_values_use_real_columns() -> None:
+    values = encode_fact(
+        {"content": "x", "category": "goal", "confidence": 0.7, "createdAt": "2026-07-14T15:35:46+08:00"},
+        "fact_00000001",
+    )
+    assert (values.category, values.confidence, values.source) == ("goal", 0.7, None)
+    assert values.created_at is not None and values.created_at.isoformat() == "2026-07-14T07:35:46+00:00"
+    assert values.extra == {"$memstore": {"raw": {"createdAt": "2026-07-14T15:35:46+08:00"}}}
+
+
+# --- merge -----------------------------------------------------------------------------------------
+
+
+def _values(fact_id: str, content: str, confidence: float = 0.8) -> FactValues:
+    return encode_fact({"content": content, "confidence": confidence, "category": "context"}, fact_id)
+
+
+def _row(
+    row_id: int,
+    content: str,
+    *,
+    added: int = 1,
+    updated: int | None = None,
+    deleted: int | None = None,
+    confidence: float = 0.8,
+) -> StoredFact:
+    return StoredFact(
+        row_id=row_id,
+        values=_values(f"fact_{row_id:08x}", content, confidence),
+        position=row_id,
+        added_revision=added,
+        updated_revision=updated if updated is not None else added,
+        deleted_revision=deleted,
+    )
+
+
+def _doc_fact(fact_id: int, content: str, confidence: float = 0.8) -> dict[str, Any]:
+    return {"id": f"fact_{fact_id:08x}", "content": content, "category": "context", "confidence": confidence}
+
+
+def _plan(
+    facts: list[dict[str, Any]] | None,
+    stored: list[StoredFact],
+    *,
+    revision: int | None,
+    current: int,
+    sections: dict[str, StoredSection] | None = None,
+    user: dict[str, Any] | None = None,
+    max_facts: int = 100,
+) -> MergePlan:
+    document: dict[str, Any] = {} if revision is None else {"revision": revision}
+    if facts is not None:
+        document["facts"] = facts
+    if user is not None:
+        document["user"] = user
+    ids = (f"fact_{n:08x}" for n in itertools.count(0xF000))
+    return plan_merge(
+        parse_document(document),
+        stored_facts=stored,
+        stored_sections=sections or {},
+        stored_version="1.0",
+        current=current,
+        max_facts=max_facts,
+        new_id=lambda: next(ids),
+    )
+
+
+def _contents(plan: MergePlan) -> list[str]:
+    return [values.content for values in plan.facts]
+
+
+def test_a_current_document_replaces_facts_and_order() -> None:
+    stored = [_row(1, "one"), _row(2, "two"), _row(3, "three")]
+    plan = _plan(
+        [_doc_fact(3, "three"), _doc_fact(1, "one"), _doc_fact(4, "four")], stored, revision=1, current=1
+    )
+    assert _contents(plan) == ["three", "one", "four"]
+    assert plan.tombstones == [2]
+    assert [values.fact_id for values, _ in plan.inserts] == ["fact_00000004"]
+    assert plan.revision == 2
+
+
+def test_a_stale_document_keeps_concurrent_adds_and_deletes() -> None:
+    stored = [
+        _row(1, "seen and kept"),
+        _row(2, "deleted by caller"),
+        _row(3, "added concurrently", added=3),
+        _row(4, "deleted concurrently", deleted=3),
+    ]
+    document = [_doc_fact(1, "seen and kept"), _doc_fact(4, "deleted concurrently"), _doc_fact(9, "new")]
+    plan = _plan(document, stored, revision=2, current=3)
+    assert _contents(plan) == ["seen and kept", "added concurrently", "new"]
+    assert plan.tombstones == [2]
+    assert not plan.revives
+
+
+def test_first_committer_wins_per_fact() -> None:
+    stored = [_row(1, "edited concurrently", updated=3), _row(2, "untouched")]
+    document = [_doc_fact(1, "caller's edit"), _doc_fact(2, "caller's other edit")]
+    plan = _plan(document, stored, revision=2, current=3)
+    assert _contents(plan) == ["edited concurrently", "caller's other edit"]
+    assert [row_id for row_id, _, _ in plan.updates] == [2]
+
+
+def test_a_fact_deleted_before_the_callers_revision_is_revived() -> None:
+    plan = _plan([_doc_fact(1, "back again")], [_row(1, "back again", deleted=2)], revision=None, current=5)
+    assert [row_id for row_id, _, _ in plan.revives] == [1]
+    assert plan.changes[0].action == "insert"
+
+
+def test_content_keys_stay_unique() -> None:
+    stored = [_row(1, "Likes tea", added=3)]
+    document = [_doc_fact(7, "  likes TEA "), _doc_fact(8, "new"), _doc_fact(9, "NEW")]
+    plan = _plan(document, stored, revision=2, current=3)
+    assert _contents(plan) == ["Likes tea", "new"]
+
+
+def test_an_edit_that_would_duplicate_another_fact_is_not_applied() -> None:
+    stored = [_row(1, "alpha"), _row(2, "beta")]
+    plan = _plan([_doc_fact(1, "alpha"), _doc_fact(2, "ALPHA")], stored, revision=1, current=1)
+    assert _contents(plan) == ["alpha", "beta"]
+    assert not plan.updates
+
+
+def test_the_cap_drops_lowest_confidence_and_later_ties() -> None:
+    stored = [_row(1, "a", confidence=0.5), _row(2, "b", confidence=0.9), _row(3, "c", confidence=0.5)]
+    document = [
+        _doc_fact(1, "a", 0.5),
+        _doc_fact(2, "b", 0.9),
+        _doc_fact(3, "c", 0.5),
+        _doc_fact(4, "d", 0.5),
+        _doc_fact(5, "e", 0.95),
+    ]
+    plan = _plan(document, stored, revision=1, current=1, max_facts=3)
+    assert _contents(plan) == ["a", "b", "e"]
+    assert plan.tombstones == [3]
+    assert [values.content for values, _ in plan.inserts] == ["e"]
+
+
+def test_without_facts_nothing_is_deleted() -> None:
+    plan = _plan(None, [_row(1, "kept")], revision=None, current=1)
+    assert _contents(plan) == ["kept"]
+    assert not plan.changed
+
+
+def test_sections_take_the_callers_value_unless_changed_concurrently() -> None:
+    sections = {
+        "workContext": StoredSection(SectionValues("old work", None, {}), revision=3),
+        "topOfMind": StoredSection(SectionValues("old mind", None, {}), revision=1),
+    }
+    user = {
+        "workContext": {"summary": "caller's work", "updatedAt": ""},
+        "topOfMind": {"summary": "caller's mind", "updatedAt": ""},
+        "personalContext": {"summary": "", "updatedAt": ""},
+    }
+    plan = _plan(None, [], revision=2, current=3, sections=sections, user=user)
+    assert [name for name, _ in plan.section_updates] == ["topOfMind"]
+    assert not plan.section_inserts  # an empty section equals a missing row
+    assert plan.sections["workContext"].summary == "old work"
+
+
+def test_positions_only_change_where_order_breaks() -> None:
+    assert _assign_positions([1, 2, 3]) == [1, 2, 3]
+    assert _assign_positions([2, 3, None]) == [2, 3, 4]  # deleted the first, appended one
+    assert _assign_positions([None, None, 5, 6]) == [3, 4, 5, 6]  # prepended two
+    assert _assign_positions([3, 1, 2]) == [3, 4, 5]
+    assert _assign_positions([None, None]) == [0, 1]
