@@ -34,7 +34,7 @@ class MemoryConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     enabled: bool = True
-    storage_class: str = FILE_STORAGE_CLASS
+    storage_class: str = SQL_STORAGE_CLASS
     storage_path: str = Field(
         default="",
         description="File provider only: path of the legacy global document (no user, no agent); "

@@ -18,6 +18,7 @@ def test_demo_builds_memory_for_both_users_on_the_default_storage(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     out = result.stdout
+    assert "Storage:   SqlMemoryStorage" in out
     assert "Extractor: rule-based" in out
     assert "=== alice ===" in out and "=== wei ===" in out
     alice, wei = out.split("=== wei ===")
@@ -25,5 +26,5 @@ def test_demo_builds_memory_for_both_users_on_the_default_storage(tmp_path: Path
     assert "(avoid: " in alice
     assert "用户喜欢简洁的中文回答" in wei and "Acme" not in wei
     assert alice.count("<memory>") == 1 and wei.count("<memory>") == 1
-    # The default data directory is created in the working directory.
-    assert (tmp_path / ".memstore").is_dir()
+    # The embedded SQLite default lives in ./.memstore of the working directory.
+    assert (tmp_path / ".memstore" / "memory.db").is_file()

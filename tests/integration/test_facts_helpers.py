@@ -1,4 +1,4 @@
-"""Fact CRUD, import/clear and search helpers on the real file provider."""
+"""Fact CRUD, import/clear and search helpers on the real file and SQLite providers."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from memstore.config import MemoryConfig, set_memory_config
+from memstore.config import FILE_STORAGE_CLASS, SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
 from memstore.facts import (
     DuplicateFactError,
@@ -37,6 +37,19 @@ class ReadOnlyFileStorage(FileMemoryStorage):
         if type(self).refuse_saves:
             return False
         return super().save(memory, agent_name, user_id=user_id)
+
+
+# Tests that store documents only the file provider accepts (non-string content, top-level
+# keys of other tools) run on it alone; the SQL provider refuses such saves outright.
+file_only = pytest.mark.parametrize("provider", ["file"], indirect=True)
+
+
+@pytest.fixture(autouse=True, params=["file", "sqlite"])
+def provider(request: pytest.FixtureRequest, isolated_config: MemoryConfig) -> str:
+    storage_class = FILE_STORAGE_CLASS if request.param == "file" else SQL_STORAGE_CLASS
+    set_memory_config(isolated_config.model_copy(update={"storage_class": storage_class}))
+    reset_memory_storage()
+    return str(request.param)
 
 
 def _fresh_read(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
@@ -228,6 +241,7 @@ def test_every_entry_point_stays_in_its_scope() -> None:
     assert _contents(_fresh_read("coder")) == ["scope coder/None"]
 
 
+@file_only
 def test_edits_keep_provider_top_level_keys() -> None:
     imported = create_empty_memory()
     imported["revision"] = 7
@@ -277,6 +291,7 @@ def read_only_storage(isolated_config: MemoryConfig) -> ReadOnlyFileStorage:
     return storage
 
 
+@file_only
 def test_save_failure_raises_oserror_and_keeps_memory(read_only_storage: ReadOnlyFileStorage) -> None:
     [kept] = create_memory_fact("Kept fact", confidence=0.9, user_id="alice")["facts"]
     before = reload_memory_data(user_id="alice")
@@ -324,6 +339,7 @@ def searchable() -> None:
     import_memory_data(memory, user_id="alice")
 
 
+@file_only
 @pytest.mark.usefixtures("searchable")
 def test_search_is_case_insensitive_and_sorted_by_confidence() -> None:
     results = search_memory_facts("  Python ", user_id="alice")
@@ -332,6 +348,7 @@ def test_search_is_case_insensitive_and_sorted_by_confidence() -> None:
     assert [f["id"] for f in search_memory_facts("STRASSE", user_id="alice")] == ["fact_00000006"]
 
 
+@file_only
 @pytest.mark.usefixtures("searchable")
 def test_search_filters() -> None:
     assert [f["id"] for f in search_memory_facts("e", category="preference", user_id="alice")] == [
@@ -348,6 +365,7 @@ def test_search_filters() -> None:
     assert search_memory_facts("python", user_id="bob") == []
 
 
+@file_only
 @pytest.mark.usefixtures("searchable")
 def test_search_returns_copies() -> None:
     [first] = search_memory_facts("dark", user_id="alice")

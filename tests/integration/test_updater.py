@@ -13,7 +13,7 @@ from typing import Any, ClassVar, cast
 
 import pytest
 
-from memstore.config import MemoryConfig, set_memory_config
+from memstore.config import FILE_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
@@ -70,8 +70,10 @@ def reconfigure(base: MemoryConfig, **changes: Any) -> MemoryConfig:
 
 @pytest.fixture
 def llm_config(openai_server: OpenAIStubServer, isolated_config: MemoryConfig) -> MemoryConfig:
+    # Byte-level checks below read the stored file; the pipeline e2e test covers the SQL providers.
     return configure(
         data_dir=isolated_config.data_dir,
+        storage_class=FILE_STORAGE_CLASS,
         llm_base_url=openai_server.base_url,
         llm_api_key="test-key",
         model_name="test-model",

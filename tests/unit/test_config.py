@@ -23,6 +23,7 @@ def test_defaults_follow_the_reference() -> None:
     assert config.guaranteed_token_budget == 500
     assert config.data_dir == "./.memstore"
     assert config.extractor == "auto"
+    assert config.storage_class == "memstore.storage.sql.SqlMemoryStorage"
     assert config.llm_api_key is None
 
 
