@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import secrets
+from collections.abc import Container
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,6 +31,14 @@ def create_empty_memory() -> MemoryDocument:
         "history": {name: {"summary": "", "updatedAt": ""} for name in HISTORY_SECTIONS},
         "facts": [],
     }
+
+
+def new_fact_id(taken: Container[object] = ()) -> str:
+    """A ``fact_`` + 8 hex id not in ``taken``: ids are short, so collisions must be checked."""
+    while True:
+        candidate = f"fact_{secrets.token_hex(4)}"
+        if candidate not in taken:
+            return candidate
 
 
 def fact_content_key(content: str) -> str:

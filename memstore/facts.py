@@ -12,7 +12,6 @@ document rebuilt from scratch would lose them. ``clear`` is the exception, becau
 from __future__ import annotations
 
 import math
-import uuid
 from typing import Any
 
 from memstore.config import get_memory_config
@@ -21,6 +20,7 @@ from memstore.document import (
     coerce_confidence,
     create_empty_memory,
     fact_content_key,
+    new_fact_id,
     utc_now_iso_z,
 )
 from memstore.errors import MemstoreError
@@ -89,9 +89,7 @@ def create_memory_fact_with_created_fact(
     facts = _facts_of(memory)
     _refuse_duplicate(facts, text, ignore_id=None)
     taken_ids = {fact.get("id") for fact in facts}
-    fact_id = _new_fact_id()
-    while fact_id in taken_ids:
-        fact_id = _new_fact_id()
+    fact_id = new_fact_id(taken_ids)
     created: Fact = {
         "id": fact_id,
         "content": text,
@@ -209,10 +207,6 @@ def _refuse_duplicate(facts: list[Fact], content: str, *, ignore_id: object) -> 
 def _save(memory: MemoryDocument, agent_name: str | None, user_id: str | None, message: str) -> None:
     if not get_memory_storage().save(memory, agent_name, user_id=user_id):
         raise OSError(message)
-
-
-def _new_fact_id() -> str:
-    return f"fact_{uuid.uuid4().hex[:8]}"
 
 
 def _validate_content(content: object) -> str:

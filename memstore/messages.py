@@ -22,7 +22,7 @@ from memstore.message_access import (
 SIGNAL_WINDOW = 6
 """How many of the most recent messages the signal detectors look at."""
 
-_UPLOAD_BLOCK = re.compile(r"<uploaded_files>[\s\S]*?</uploaded_files>\n*", re.IGNORECASE)
+UPLOAD_BLOCK_RE = re.compile(r"<uploaded_files>[\s\S]*?</uploaded_files>\n*", re.IGNORECASE)
 
 # Each list is one behaviour contract (English and Chinese); they are OR-ed into one regex so a
 # scan is a single pass. IGNORECASE only affects the Latin patterns.
@@ -107,10 +107,10 @@ def filter_messages_for_memory(messages: Iterable[Any]) -> list[Any]:
             if _is_hidden(message):
                 continue
             text = message_text(message)
-            if _UPLOAD_BLOCK.search(text) is None:
+            if UPLOAD_BLOCK_RE.search(text) is None:
                 kept.append(message)
             else:
-                remaining = _UPLOAD_BLOCK.sub("", text).strip()
+                remaining = UPLOAD_BLOCK_RE.sub("", text).strip()
                 if not remaining:
                     skip_next_answer = True
                     continue

@@ -48,7 +48,7 @@ from typing import Any
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, fact_content_key
 from memstore.message_access import message_text, message_type
-from memstore.update_prompt import UPLOAD_BLOCK_RE
+from memstore.messages import UPLOAD_BLOCK_RE
 
 WORK_SECTION, PERSONAL_SECTION, FOCUS_SECTION = USER_SECTIONS
 MAX_CAPTURE_CHARS = 200

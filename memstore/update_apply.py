@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import copy
 import re
-import uuid
 from typing import Any
 
 from memstore.config import MemoryConfig
@@ -23,6 +22,7 @@ from memstore.document import (
     MemoryDocument,
     coerce_confidence,
     fact_content_key,
+    new_fact_id,
     utc_now_iso_z,
 )
 from memstore.errors import MemstoreError
@@ -57,14 +57,6 @@ def _require_shape(memory: MemoryDocument) -> None:
             raise MalformedMemoryError(f"memory document fact #{index} is not an object")
 
 
-def _new_fact_id(taken: set[str]) -> str:
-    while True:
-        candidate = f"fact_{uuid.uuid4().hex[:8]}"
-        if candidate not in taken:
-            taken.add(candidate)
-            return candidate
-
-
 def _apply_sections(memory: MemoryDocument, update: MemoryUpdate, now: str) -> None:
     for group in SECTION_GROUPS:
         changes = update["user"] if group == "user" else update["history"]
@@ -89,8 +81,10 @@ def _add_new_facts(
         if confidence < threshold or not key or key in seen:
             continue
         seen.add(key)
+        fact_id = new_fact_id(taken_ids)
+        taken_ids.add(fact_id)
         fact: dict[str, Any] = {
-            "id": _new_fact_id(taken_ids),
+            "id": fact_id,
             "content": new["content"].strip(),
             "category": new["category"],
             "confidence": confidence,

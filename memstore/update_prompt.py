@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from memstore.document import MemoryDocument
 from memstore.message_access import message_text, message_type
+from memstore.messages import UPLOAD_BLOCK_RE
 
 MAX_MESSAGE_CHARS = 1000
-UPLOAD_BLOCK_RE = re.compile(r"<uploaded_files>[\s\S]*?</uploaded_files>\n*", re.IGNORECASE)
 
 CORRECTION_HINT = (
     "Note: Explicit correction signals were detected in this conversation. Work out what the "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,24 +12,10 @@ import pytest
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.facts import create_memory_fact, get_memory_data
 from memstore.middleware import MemoryMiddleware
-from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue, set_memory_queue
+from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.storage.loader import reset_memory_storage
 from memstore.user_context import reset_current_user, set_current_user
 from tests.support.recording_updater import RecordingUpdater
-
-
-@pytest.fixture
-def updater() -> RecordingUpdater:
-    return RecordingUpdater()
-
-
-@pytest.fixture
-def queue(updater: RecordingUpdater) -> Iterator[MemoryUpdateQueue]:
-    reset_memory_queue()
-    installed = MemoryUpdateQueue(updater.factory, batch_interval_seconds=0.0)
-    set_memory_queue(installed)
-    yield installed
-    reset_memory_queue()
 
 
 def _thread(*extra: dict[str, Any]) -> list[dict[str, Any]]:

@@ -50,11 +50,6 @@ def _fresh_queue() -> Iterator[None]:
 
 
 @pytest.fixture
-def updater() -> RecordingUpdater:
-    return RecordingUpdater()
-
-
-@pytest.fixture
 def queue(updater: RecordingUpdater) -> Iterator[MemoryUpdateQueue]:
     q = MemoryUpdateQueue(updater.factory, batch_interval_seconds=0.0)
     yield q

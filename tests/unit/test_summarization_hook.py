@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.middleware import MemoryMiddleware
-from memstore.queue import MemoryUpdateQueue, reset_memory_queue, set_memory_queue
+from memstore.queue import MemoryUpdateQueue
 from memstore.summarization_hook import memory_flush_hook
 from memstore.user_context import reset_current_user, set_current_user
 from tests.support.recording_updater import RecordingUpdater
@@ -20,20 +19,6 @@ DROPPED: list[dict[str, Any]] = [
     {"role": "tool", "content": "raw tool output"},
     {"role": "assistant", "content": "Final answer"},
 ]
-
-
-@pytest.fixture
-def updater() -> RecordingUpdater:
-    return RecordingUpdater()
-
-
-@pytest.fixture
-def queue(updater: RecordingUpdater) -> Iterator[MemoryUpdateQueue]:
-    reset_memory_queue()
-    installed = MemoryUpdateQueue(updater.factory, batch_interval_seconds=0.0)
-    set_memory_queue(installed)
-    yield installed
-    reset_memory_queue()
 
 
 @pytest.mark.usefixtures("queue")

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from memstore.document import SECTION_GROUPS, coerce_confidence, fact_content_key
+from memstore.document import SECTION_GROUPS, coerce_confidence, fact_content_key, new_fact_id
 
 RESERVED_KEY = "$memstore"
 FACT_FIELDS = ("id", "content", "category", "confidence", "createdAt", "source", "sourceError")
@@ -103,10 +102,6 @@ class IncomingDocument:
     version: str | None
     facts: list[IncomingFact] | None
     sections: dict[str, SectionValues]
-
-
-def new_fact_id() -> str:
-    return f"fact_{secrets.token_hex(4)}"
 
 
 def format_timestamp(value: datetime) -> str:
@@ -307,9 +302,7 @@ def _parse_facts(raw_facts: object) -> list[IncomingFact]:
         raw_id = raw.get("id")
         # A missing, odd or repeated id gets a fresh one rather than overwriting another fact.
         generated = not (isinstance(raw_id, str) and 0 < len(raw_id) <= MAX_FACT_ID) or raw_id in seen_ids
-        fact_id = new_fact_id() if generated else str(raw_id)
-        while fact_id in seen_ids:
-            fact_id = new_fact_id()
+        fact_id = new_fact_id(seen_ids) if generated else str(raw_id)
         seen_ids.add(fact_id)
         facts.append(IncomingFact(encode_fact(raw, fact_id), generated))
     return facts

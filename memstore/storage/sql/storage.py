@@ -40,7 +40,13 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnClause
 
 from memstore.config import get_memory_config
-from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, create_empty_memory
+from memstore.document import (
+    HISTORY_SECTIONS,
+    USER_SECTIONS,
+    MemoryDocument,
+    create_empty_memory,
+    new_fact_id,
+)
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.sql.codec import (
@@ -52,7 +58,6 @@ from memstore.storage.sql.codec import (
     decode_fact,
     decode_section,
     format_timestamp,
-    new_fact_id,
     parse_document,
 )
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, database_url_from_config, get_engine, mask_url
