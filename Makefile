@@ -11,7 +11,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,langchain,server,bench]'
 	touch $(STAMP)
 
 lint: $(STAMP)

@@ -43,6 +43,7 @@ class MemoryUpdaterLike(Protocol):
         correction_detected: bool,
         reinforcement_detected: bool,
         user_id: str | None,
+        captured_at: datetime | None,
     ) -> bool: ...
 
 
@@ -280,6 +281,7 @@ class MemoryUpdateQueue:
                     correction_detected=context.correction_detected,
                     reinforcement_detected=context.reinforcement_detected,
                     user_id=context.user_id,
+                    captured_at=context.timestamp,
                 )
             except Exception:
                 ok = False

@@ -13,6 +13,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import Any, Literal
 
 from memstore.config import MemoryConfig, get_memory_config
@@ -87,9 +88,22 @@ class MemoryUpdater:
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
         user_id: str | None = None,
+        captured_at: datetime | None = None,
     ) -> bool:
-        """Update the scope's memory from ``messages``; ``True`` once the result is saved."""
-        args = (messages, thread_id, agent_name, correction_detected, reinforcement_detected, user_id)
+        """Update the scope's memory from ``messages``; ``True`` once the result is saved.
+
+        ``captured_at`` (when the conversation was queued) lets the store refuse an update
+        for a scope that was erased or cleared after the conversation was captured.
+        """
+        args = (
+            messages,
+            thread_id,
+            agent_name,
+            correction_detected,
+            reinforcement_detected,
+            user_id,
+            captured_at,
+        )
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -108,6 +122,7 @@ class MemoryUpdater:
         correction_detected: bool,
         reinforcement_detected: bool,
         user_id: str | None,
+        captured_at: datetime | None,
     ) -> bool:
         try:
             config = self.config
@@ -129,7 +144,10 @@ class MemoryUpdater:
                 reply = extract_update(messages, current, correction_detected=correction_detected)
             update = parse_update_response(reply)
             updated = apply_updates(current, update, thread_id=thread_id, config=config)
-            if not storage.save(updated, agent_name, user_id=user_id):
+            saved = storage.save(
+                updated, agent_name, user_id=user_id, origin=thread_id, captured_at=captured_at
+            )
+            if not saved:
                 logger.warning("memory update for thread %s was not saved (storage refused)", thread_id)
                 return False
             return True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from datetime import datetime
 
 from memstore.document import MemoryDocument
 
@@ -14,7 +15,8 @@ class MemoryStorage(ABC):
     an unknown scope loads as an empty document; ``load`` returns a document the caller may
     mutate without affecting the provider; ``save`` never mutates its argument, sets
     ``lastUpdated`` on what it stores, and returns ``False`` (leaving the previous data
-    readable) when it cannot persist; scopes never see each other's data.
+    readable) when it cannot persist; scopes never see each other's data. ``load`` raises
+    ``StorageUnavailableError`` when the backing store cannot be reached.
     """
 
     @abstractmethod
@@ -27,6 +29,19 @@ class MemoryStorage(ABC):
 
     @abstractmethod
     def save(
-        self, memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
+        self,
+        memory: MemoryDocument,
+        agent_name: str | None = None,
+        *,
+        user_id: str | None = None,
+        origin: str | None = None,
+        captured_at: datetime | None = None,
     ) -> bool:
-        """Persist ``memory`` for the scope; ``True`` once it is durable."""
+        """Persist ``memory`` for the scope; ``True`` once it is durable.
+
+        ``origin`` (a thread id, ``manual``, ``import``...) labels the change in an audit trail,
+        where the provider keeps one. ``captured_at`` is when the conversation behind the
+        document was queued: a provider that records erasures drops (logs, returns ``True``)
+        a document captured before the scope was erased or cleared, so a late update cannot
+        bring erased memory back.
+        """

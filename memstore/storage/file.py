@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 import threading
+from datetime import datetime
 from pathlib import Path
 
 from memstore.config import get_memory_config
@@ -55,7 +56,13 @@ class FileMemoryStorage(MemoryStorage):
         return self._read(resolve_scope(agent_name, user_id), use_cache=False)
 
     def save(
-        self, memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
+        self,
+        memory: MemoryDocument,
+        agent_name: str | None = None,
+        *,
+        user_id: str | None = None,
+        origin: str | None = None,
+        captured_at: datetime | None = None,
     ) -> bool:
         scope = resolve_scope(agent_name, user_id)
         path = self.path_for(scope[1], user_id=scope[0])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Any, ClassVar
 
 import pytest
@@ -32,7 +33,13 @@ class ReadOnlyFileStorage(FileMemoryStorage):
     refuse_saves: ClassVar[bool] = False
 
     def save(
-        self, memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
+        self,
+        memory: MemoryDocument,
+        agent_name: str | None = None,
+        *,
+        user_id: str | None = None,
+        origin: str | None = None,
+        captured_at: datetime | None = None,
     ) -> bool:
         if type(self).refuse_saves:
             return False

@@ -8,6 +8,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -51,7 +52,13 @@ class RecordingStorage(FileMemoryStorage):
         return document
 
     def save(
-        self, memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
+        self,
+        memory: MemoryDocument,
+        agent_name: str | None = None,
+        *,
+        user_id: str | None = None,
+        origin: str | None = None,
+        captured_at: datetime | None = None,
     ) -> bool:
         RecordingStorage.saved.append(memory)
         return False if RecordingStorage.refuse_saves else super().save(memory, agent_name, user_id=user_id)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from memstore.message_access import message_text
@@ -61,6 +62,7 @@ class RecordingUpdater:
         correction_detected: bool,
         reinforcement_detected: bool,
         user_id: str | None,
+        captured_at: datetime | None = None,
     ) -> bool:
         self.started.set()
         if self.gate is not None:

@@ -47,6 +47,7 @@ from memstore.document import (
     create_empty_memory,
     new_fact_id,
 )
+from memstore.errors import StorageUnavailableError
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.sql.codec import (
@@ -284,15 +285,24 @@ class SqlMemoryStorage(MemoryStorage):
         scope = resolve_scope(agent_name, user_id)
         with self._lock:
             cached = self._cache.get(scope)
-        if cached is not None:
-            with self._reader.connect() as conn:
-                row = conn.execute(_STAMP_QUERY, _scope_keys(scope)).first()
-            if row is not None and _stamp(row) == cached[0]:
-                return cast(MemoryDocument, _copy_json(cached[1]))
-        return self._read(scope)
+        try:
+            if cached is not None:
+                with self._reader.connect() as conn:
+                    row = conn.execute(_STAMP_QUERY, _scope_keys(scope)).first()
+                if row is not None and _stamp(row) == cached[0]:
+                    return cast(MemoryDocument, _copy_json(cached[1]))
+            return self._read(scope)
+        except DBAPIError as exc:
+            raise self._unavailable(exc) from exc
 
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
-        return self._read(resolve_scope(agent_name, user_id))
+        try:
+            return self._read(resolve_scope(agent_name, user_id))
+        except DBAPIError as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: DBAPIError) -> StorageUnavailableError:
+        return StorageUnavailableError(f"cannot read memory from {self.url}: {self._describe(exc)}")
 
     def save(
         self,
@@ -301,6 +311,7 @@ class SqlMemoryStorage(MemoryStorage):
         *,
         user_id: str | None = None,
         origin: str | None = None,
+        captured_at: datetime | None = None,
     ) -> bool:
         """Merge ``memory`` into the scope (see ``merge.py``); ``origin`` is recorded in the audit trail.
 
