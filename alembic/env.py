@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from memstore.config import get_memory_config
-from memstore.storage.sql.autogen import SKIPPED_EXPRESSION_INDEX_WARNINGS, render_item
+from memstore.storage.sql.autogen import SKIPPED_EXPRESSION_INDEX_WARNINGS, include_object, render_item
 from memstore.storage.sql.engine import database_url_from_config, get_engine, normalize_url
 from memstore.storage.sql.migrate import migration_connection
 from memstore.storage.sql.models import Base
@@ -40,6 +40,7 @@ def run_migrations(dialect: str, **options: Any) -> None:
         target_metadata=Base.metadata,
         compare_type=True,
         render_item=render_item,
+        include_object=include_object,
         # Autogenerate wraps ALTERs in batch operations that SQLite can run (table recreate).
         render_as_batch=dialect == "sqlite",
         # Offline SQLite scripts get BEGIN/COMMIT too, so a failed script leaves nothing half-applied.

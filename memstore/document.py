@@ -19,7 +19,27 @@ FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "co
 
 def utc_now_iso_z() -> str:
     """UTC now as ISO-8601 with a ``Z`` suffix, the timestamp format stored in documents."""
-    return datetime.now(UTC).isoformat().removesuffix("+00:00") + "Z"
+    return format_timestamp(datetime.now(UTC))
+
+
+def format_timestamp(value: datetime) -> str:
+    """ISO-8601 UTC with a ``Z`` suffix, the document's timestamp format."""
+    if value.tzinfo is None:  # SQLite hands back naive datetimes; we only ever store UTC.
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+
+
+def parse_timestamp(raw: object) -> datetime | None:
+    """The instant ``raw`` names, in UTC (naive means UTC), or None when it is not a timestamp."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(raw)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
 
 
 def create_empty_memory() -> MemoryDocument:

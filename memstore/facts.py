@@ -24,7 +24,11 @@ from memstore.document import (
     utc_now_iso_z,
 )
 from memstore.errors import MemstoreError
+from memstore.records import MAX_PAGE_SIZE, FactFilter
+from memstore.scope import resolve_scope
+from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
+from memstore.storage.operations import StorageOperations
 from memstore.update_apply import trim_facts_to_max
 
 Fact = dict[str, Any]
@@ -57,16 +61,16 @@ def import_memory_data(
     if not isinstance(memory, dict):
         raise TypeError(f"memory must be a document dict, got {type(memory).__name__}")
     storage = get_memory_storage()
-    if not storage.save(memory, agent_name, user_id=user_id):
+    if not storage.save(memory, agent_name, user_id=user_id, origin="import"):
         raise OSError("Failed to save imported memory data")
     return storage.reload(agent_name, user_id=user_id)
 
 
 def clear_memory_data(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
-    """Replace the scope's memory with an empty document (no revision: a deliberate overwrite)."""
-    empty = create_empty_memory()
-    _save(empty, agent_name, user_id, "Failed to save cleared memory data")
-    return empty
+    """Empty the scope's memory. Updates queued before the clear will not refill it (SQL provider)."""
+    if not get_memory_storage().clear(agent_name, user_id=user_id):
+        raise OSError("Failed to save cleared memory data")
+    return create_empty_memory()
 
 
 def create_memory_fact_with_created_fact(
@@ -170,23 +174,51 @@ def search_memory_facts(
     agent_name: str | None = None,
     user_id: str | None = None,
 ) -> list[Fact]:
-    """Facts whose content contains ``query`` (case-insensitive), highest confidence first.
+    """The scope's facts that match ``query``, best first; returns copies of the stored facts.
 
-    ``category`` is an exact filter when given. Case folding uses ``casefold`` rather than the
-    reference's ``lower`` so that e.g. "STRASSE" finds "Straße". Returns copies.
+    On the SQL provider the full-text index ranks the words of ``query`` (relevance, then
+    confidence). Facts that only contain ``query`` as a substring (part of a word, or text the
+    index cannot segment) follow, highest confidence first, as on the file provider. Case
+    folding uses ``casefold``, so "STRASSE" finds "Straße". ``category`` is an exact filter.
     """
-    needle = query.strip().casefold() if isinstance(query, str) else ""
+    needle = query.strip() if isinstance(query, str) else ""
     if not needle or limit <= 0:
         return []
-    matches = [
-        dict(fact)
-        for fact in _facts_of(get_memory_data(agent_name, user_id=user_id))
-        if isinstance(fact.get("content"), str)
-        and needle in fact["content"].casefold()
-        and (category is None or fact.get("category") == category)
+    storage = get_memory_storage()
+    facts = [
+        fact
+        for fact in _facts_of(storage.load(agent_name, user_id=user_id))
+        if isinstance(fact.get("content"), str) and (category is None or fact.get("category") == category)
     ]
-    matches.sort(key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
-    return matches[:limit]
+    ranked = _fulltext_ids(storage, needle, category, limit, agent_name=agent_name, user_id=user_id)
+    by_id = {fact.get("id"): fact for fact in facts}
+    matches = [by_id[fact_id] for fact_id in ranked if fact_id in by_id]
+    folded = needle.casefold()
+    substring = [fact for fact in facts if fact not in matches and folded in fact["content"].casefold()]
+    substring.sort(key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
+    return [dict(fact) for fact in (matches + substring)[:limit]]
+
+
+def _fulltext_ids(
+    storage: MemoryStorage,
+    query: str,
+    category: str | None,
+    limit: int,
+    *,
+    agent_name: str | None,
+    user_id: str | None,
+) -> list[str]:
+    """Fact ids a full-text index ranks for the scope; none when the provider has no index.
+
+    The legacy global scope (no user) is left to substring matching: a filter without a user
+    means "every user", and its page could be filled by other users' facts.
+    """
+    user, agent = resolve_scope(agent_name, user_id)
+    if user is None or not isinstance(storage, StorageOperations):
+        return []
+    where = FactFilter(user_id=user, agent_name=agent, category=category)
+    page = storage.query_facts(where, search=query, limit=min(limit, MAX_PAGE_SIZE), offset=0)
+    return [fact.fact_id for fact in page.facts] if page.search_mode == "fulltext" else []
 
 
 def _facts_of(memory: MemoryDocument) -> list[Fact]:
@@ -205,7 +237,7 @@ def _refuse_duplicate(facts: list[Fact], content: str, *, ignore_id: object) -> 
 
 
 def _save(memory: MemoryDocument, agent_name: str | None, user_id: str | None, message: str) -> None:
-    if not get_memory_storage().save(memory, agent_name, user_id=user_id):
+    if not get_memory_storage().save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE):
         raise OSError(message)
 
 

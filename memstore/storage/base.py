@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from datetime import datetime
 
-from memstore.document import MemoryDocument
+from memstore.document import MemoryDocument, create_empty_memory
 
 
 class MemoryStorage(ABC):
@@ -45,3 +45,7 @@ class MemoryStorage(ABC):
         a document captured before the scope was erased or cleared, so a late update cannot
         bring erased memory back.
         """
+
+    def clear(self, agent_name: str | None = None, *, user_id: str | None = None) -> bool:
+        """Empty the scope: a deliberate overwrite, audited with origin ``erase`` where audited."""
+        return self.save(create_empty_memory(), agent_name, user_id=user_id, origin="erase")

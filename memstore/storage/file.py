@@ -14,7 +14,7 @@ from pathlib import Path
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, utc_now_iso_z
 from memstore.scope import Scope, resolve_scope
-from memstore.storage.base import MemoryStorage
+from memstore.storage.file_operations import FileOperations
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ FILE_NAME = "memory.json"
 _FileStamp = tuple[int, int, int]
 
 
-class FileMemoryStorage(MemoryStorage):
+class FileMemoryStorage(FileOperations):
     """Documents under ``base_dir`` (default: ``data_dir``), written atomically.
 
     Layout: ``memory.json`` (no user, no agent), ``agents/<agent>/memory.json``,

@@ -261,17 +261,16 @@ def test_a_stale_document_merges_instead_of_replacing(sql_url: str) -> None:
     assert loaded["facts"][0]["confidence"] == 0.99
 
 
-def test_a_revision_from_the_future_is_treated_as_current(
-    sql_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_revision_from_the_future_is_dropped(sql_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A revision the store never reached means the scope was erased and re-created since the load."""
     storage = SqlMemoryStorage(sql_url)
     assert storage.save(_doc(_fact(1, "one"), _fact(2, "two")), user_id="alice")
     doc = _doc(_fact(2, "two"))
     doc["revision"] = 99
     with caplog.at_level(logging.WARNING):
         assert storage.save(doc, user_id="alice")
-    assert _contents(storage.reload(user_id="alice")) == ["two"]
-    assert "revision 99" in caplog.text
+    assert _contents(storage.reload(user_id="alice")) == ["one", "two"]
+    assert "revision 99" in caplog.text and "dropped" in caplog.text
 
 
 def test_max_facts_drops_the_lowest_confidence_facts(sql_url: str) -> None:

@@ -17,6 +17,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
+from memstore.storage.sql.fts_schema import is_fts_object
+
 # SQLAlchemy and Alembic warn that SQLite expression indexes cannot be reflected and skip them;
 # the comparator below checks them instead, so these warnings are noise.
 SKIPPED_EXPRESSION_INDEX_WARNINGS = (
@@ -32,6 +34,11 @@ def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | 
         autogen_context.imports.add("from sqlalchemy.dialects import postgresql")
         return "postgresql.JSONB()"
     return False
+
+
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any) -> bool:
+    """Leave the full-text structures to revision 0002's raw DDL: metadata cannot describe them."""
+    return not is_fts_object(name)
 
 
 def is_expression_index(index: Index) -> bool:

@@ -18,10 +18,17 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from memstore.document import SECTION_GROUPS, coerce_confidence, fact_content_key, new_fact_id
+from memstore.document import (
+    SECTION_GROUPS,
+    coerce_confidence,
+    fact_content_key,
+    format_timestamp,
+    new_fact_id,
+    parse_timestamp,
+)
 
 RESERVED_KEY = "$memstore"
 FACT_FIELDS = ("id", "content", "category", "confidence", "createdAt", "source", "sourceError")
@@ -102,26 +109,6 @@ class IncomingDocument:
     version: str | None
     facts: list[IncomingFact] | None
     sections: dict[str, SectionValues]
-
-
-def format_timestamp(value: datetime) -> str:
-    """ISO-8601 UTC with a ``Z`` suffix, the document's timestamp format."""
-    if value.tzinfo is None:  # SQLite hands back naive datetimes; we only ever store UTC.
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
-
-
-def parse_timestamp(raw: object) -> datetime | None:
-    """The instant ``raw`` names, in UTC (naive means UTC), or None when it is not a timestamp."""
-    if not isinstance(raw, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(raw)
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.astimezone(UTC)
-    except (ValueError, OverflowError):
-        return None
 
 
 def canonical_json(value: object) -> str:

@@ -58,6 +58,10 @@ class MemoryScope(Base):
     version: Mapped[str] = mapped_column(String(16), nullable=False, server_default="1.0")
     created_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False, server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False, server_default=func.now())
+    # Set by a clear: a queued update captured before this time must not refill the scope.
+    cleared_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    # Highest revision whose tombstones ``vacuum`` purged: older documents can no longer be merged.
+    purged_revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
 
     __table_args__ = (
         CheckConstraint("revision >= 0", name="revision_non_negative"),
@@ -162,3 +166,18 @@ class MemoryHistory(Base):
         Index("ix_memory_history_scope_id_revision", "scope_id", "revision"),
         Index("ix_memory_history_changed_at", "changed_at"),
     )
+
+
+class MemoryErasure(Base):
+    """One row per erased user, keyed by a SHA-256 digest so the user id itself is gone.
+
+    It lets a save refuse a queued update captured before the erasure (which would otherwise
+    bring the user's memory back); ``vacuum`` purges rows older than its horizon.
+    """
+
+    __tablename__ = "memory_erasures"
+
+    user_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    erased_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+
+    __table_args__ = (Index("ix_memory_erasures_erased_at", "erased_at"),)

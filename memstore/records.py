@@ -1,0 +1,164 @@
+"""Value types of the query and operations surface, shared by the providers and the CLI.
+
+They are plain frozen dataclasses so that SQL rows, file scans, ``--json`` output and the
+HTTP layer all speak the same shapes without importing a storage backend.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from memstore.document import format_timestamp
+from memstore.errors import MemstoreError
+from memstore.scope import Scope, normalize_agent_name, validate_user_id
+
+
+class QueryError(MemstoreError, ValueError):
+    """A query the caller can fix: bad filter values, paging out of range."""
+
+
+class _AnyAgent(enum.Enum):
+    ANY = "any"
+
+
+ANY_AGENT = _AnyAgent.ANY
+"""Agent filter meaning "every agent and the user's own memory" (``None`` means the latter only)."""
+
+AgentFilter = str | None | _AnyAgent
+
+MAX_PAGE_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class FactFilter:
+    """Which facts a query covers. Every field narrows; the default covers every live fact.
+
+    ``user_id=None`` means every user. ``text`` is a case-insensitive substring filter; ranked
+    full-text search is a separate call (``search_facts``). Naive datetimes are taken as UTC.
+    """
+
+    user_id: str | None = None
+    agent_name: AgentFilter = ANY_AGENT
+    category: str | None = None
+    min_confidence: float | None = None
+    text: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+    def __post_init__(self) -> None:
+        validate_user_id(self.user_id)
+        if isinstance(self.agent_name, str):
+            object.__setattr__(self, "agent_name", normalize_agent_name(self.agent_name))
+        confidence = self.min_confidence
+        if confidence is not None and not (
+            isinstance(confidence, int | float) and math.isfinite(confidence) and 0 <= confidence <= 1
+        ):
+            raise QueryError(f"min_confidence must be between 0 and 1, got {confidence!r}")
+        for name in ("created_after", "created_before"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                object.__setattr__(self, name, value.replace(tzinfo=UTC))
+        if self.created_after and self.created_before and self.created_after > self.created_before:
+            raise QueryError("created_after is later than created_before")
+
+    def matches_scope(self, scope: Scope) -> bool:
+        user_id, agent_name = scope
+        if self.user_id is not None and user_id != self.user_id:
+            return False
+        return self.agent_name is ANY_AGENT or agent_name == self.agent_name
+
+
+def check_paging(limit: int, offset: int) -> None:
+    if not 1 <= limit <= MAX_PAGE_SIZE:
+        raise QueryError(f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}")
+    if offset < 0:
+        raise QueryError(f"offset must not be negative, got {offset}")
+
+
+@dataclass(frozen=True)
+class FactRecord:
+    """One live fact with the scope it belongs to; ``rank`` is set by full-text search (higher is better)."""
+
+    user_id: str | None
+    agent_name: str | None
+    fact_id: str
+    content: str
+    category: str
+    confidence: float
+    created_at: datetime | None
+    source: str | None
+    rank: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["created_at"] = iso(self.created_at)
+        return data
+
+
+@dataclass(frozen=True)
+class FactPage:
+    """One page of a query plus the total number of matches, for paging UIs and scripts."""
+
+    facts: list[FactRecord]
+    total: int
+    limit: int
+    offset: int
+    search_mode: str = "filter"
+    """``filter`` (no text search), ``fulltext`` (index) or ``substring`` (index could not serve)."""
+
+    @property
+    def next_offset(self) -> int | None:
+        following = self.offset + len(self.facts)
+        return following if following < self.total else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "facts": [fact.to_json() for fact in self.facts],
+            "total": self.total,
+            "limit": self.limit,
+            "offset": self.offset,
+            "next_offset": self.next_offset,
+            "search_mode": self.search_mode,
+        }
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    users: int
+    scopes: int
+    facts: int
+    facts_by_category: dict[str, int] = field(default_factory=dict)
+    database_bytes: int | None = None
+    """Size on disk (SQLite file and WAL, PostgreSQL database, the file tree); None if unknown."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One audit row: a fact or section change with what it looked like before and after."""
+
+    user_id: str | None
+    agent_name: str | None
+    revision: int
+    changed_at: datetime
+    entity: str
+    entity_id: str
+    action: str
+    origin: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["changed_at"] = iso(self.changed_at)
+        return data
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else format_timestamp(value)

@@ -1,0 +1,125 @@
+"""Writes outside ``save``: erasing a user and vacuuming old history and tombstones.
+
+Both take the same per-scope write locks as a save (``BEGIN IMMEDIATE`` on SQLite, row locks
+on PostgreSQL) and either delete scope rows or leave live data untouched, so every process's
+cache notices through its revision stamp and no concurrent save can interleave.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime
+
+from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, select, update
+from sqlalchemy.dialects import postgresql
+
+from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
+from memstore.storage.sql.fts_schema import FTS_TABLE
+from memstore.storage.sql.models import Base
+
+_scopes = Base.metadata.tables["memory_scopes"]
+_sections = Base.metadata.tables["memory_sections"]
+_facts = Base.metadata.tables["memory_facts"]
+_history = Base.metadata.tables["memory_history"]
+_erasures = Base.metadata.tables["memory_erasures"]
+
+
+def user_digest(user_id: str) -> str:
+    """The only trace of an erased user: enough to refuse its late updates, not to read its id."""
+    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()
+
+
+def erased_at(conn: Connection, user_id: str) -> datetime | None:
+    return conn.execute(
+        select(_erasures.c.erased_at).where(_erasures.c.user_digest == user_digest(user_id))
+    ).scalar_one_or_none()
+
+
+def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
+    """Delete every row of ``user_id`` in one transaction; returns the rows deleted per table."""
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.connect() as conn:
+        if sqlite:
+            # Deleted text is overwritten in the file instead of lingering in free pages. Set on
+            # the driver connection, outside SQLAlchemy's transaction handling (a pragma here
+            # would otherwise auto-begin a transaction).
+            _sqlite_pragma(conn, "secure_delete = ON")
+        conn.execution_options(**{SQLITE_WRITE_OPTION: True})
+        try:
+            with conn.begin():
+                scope_ids = list(
+                    conn.execute(select(_scopes.c.id).where(_scopes.c.user_id == user_id).with_for_update())
+                    .scalars()
+                    .all()
+                )
+                counts = {
+                    "memory_history": _delete(conn, _history, scope_ids),
+                    "memory_facts": _delete(conn, _facts, scope_ids),
+                    "memory_sections": _delete(conn, _sections, scope_ids),
+                    "memory_scopes": conn.execute(
+                        delete(_scopes).where(_scopes.c.id.in_(scope_ids))
+                    ).rowcount,
+                }
+                _record_erasure(conn, user_id, now)
+                if sqlite and counts["memory_facts"]:
+                    # FTS5 keeps deleted tokens in old segments until they are merged.
+                    conn.exec_driver_sql(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
+        finally:
+            if sqlite:
+                _sqlite_pragma(conn, "secure_delete = OFF")
+    return counts
+
+
+def _sqlite_pragma(conn: Connection, pragma: str) -> None:
+    driver = conn.connection.driver_connection
+    assert driver is not None
+    driver.execute(f"PRAGMA {pragma}")
+
+
+def _delete(conn: Connection, table: Table, scope_ids: list[int]) -> int:
+    return int(conn.execute(delete(table).where(table.c.scope_id.in_(scope_ids))).rowcount)
+
+
+def _record_erasure(conn: Connection, user_id: str, now: datetime) -> None:
+    values = {"user_digest": user_digest(user_id), "erased_at": now}
+    if conn.dialect.name == "postgresql":
+        statement = postgresql.insert(_erasures).values(values)
+        conn.execute(statement.on_conflict_do_update(index_elements=["user_digest"], set_={"erased_at": now}))
+    else:
+        conn.execute(insert(_erasures).prefix_with("OR REPLACE").values(values))
+
+
+def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
+    """Purge history, tombstones and erasure records older than ``cutoff``.
+
+    Scopes remember the newest purged tombstone revision (``purged_revision``); a save of a
+    document loaded before it is refused, since it could otherwise resurrect a purged fact.
+    """
+    old_tombstone = (_facts.c.deleted_revision.is_not(None)) & (_facts.c.deleted_at < cutoff)
+    newest_purged = (
+        select(func.max(_facts.c.deleted_revision))
+        .where(_facts.c.scope_id == _scopes.c.id, old_tombstone)
+        .scalar_subquery()
+    )
+    with engine.connect() as conn:
+        conn.execution_options(**{SQLITE_WRITE_OPTION: True})
+        with conn.begin():
+            conn.execute(
+                update(_scopes)
+                .where(_scopes.c.id.in_(select(_facts.c.scope_id).where(old_tombstone)))
+                .values(
+                    purged_revision=case(
+                        (newest_purged > _scopes.c.purged_revision, newest_purged),
+                        else_=_scopes.c.purged_revision,
+                    )
+                )
+            )
+            return {
+                "memory_facts": conn.execute(delete(_facts).where(old_tombstone)).rowcount,
+                "memory_history": conn.execute(
+                    delete(_history).where(_history.c.changed_at < cutoff)
+                ).rowcount,
+                "memory_erasures": conn.execute(
+                    delete(_erasures).where(_erasures.c.erased_at < cutoff)
+                ).rowcount,
+            }

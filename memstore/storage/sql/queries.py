@@ -1,0 +1,228 @@
+"""Read-only queries across scopes, answered by SQL without loading whole documents.
+
+Every query joins ``memory_facts`` to ``memory_scopes`` and reads live facts only (tombstones
+are bookkeeping, not memory). Full-text search uses the index built by revision 0002 and falls
+back to substring matching, with a log line, when the index cannot serve the query.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    and_,
+    bindparam,
+    column,
+    func,
+    literal_column,
+    select,
+    table,
+)
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import ColumnElement
+
+from memstore.records import (
+    ANY_AGENT,
+    FactFilter,
+    FactPage,
+    FactRecord,
+    HistoryEntry,
+    MemoryStats,
+)
+from memstore.scope import Scope
+from memstore.search_text import fts5_match, substring_terms, unservable_reason
+from memstore.storage.sql.fts_schema import FTS_TABLE, PG_TS_CONFIG
+from memstore.storage.sql.models import Base
+
+logger = logging.getLogger(__name__)
+
+_scopes = Base.metadata.tables["memory_scopes"]
+_facts = Base.metadata.tables["memory_facts"]
+_history = Base.metadata.tables["memory_history"]
+_fts = table(FTS_TABLE, column("rowid"))
+
+_FACT_COLUMNS = (
+    _scopes.c.user_id,
+    _scopes.c.agent_name,
+    _facts.c.fact_id,
+    _facts.c.content,
+    _facts.c.category,
+    _facts.c.confidence,
+    _facts.c.created_at,
+    _facts.c.source,
+)
+_LIVE_FACTS = _facts.join(_scopes, _scopes.c.id == _facts.c.scope_id)
+
+
+def query_facts(
+    engine: Engine, where: FactFilter, *, search: str | None, limit: int, offset: int
+) -> FactPage:
+    conditions = _conditions(where)
+    if search is None:
+        newest_first = (_facts.c.created_at.desc().nulls_last(), _facts.c.id.desc())
+        with engine.connect() as conn:
+            query = select(*_FACT_COLUMNS).select_from(_LIVE_FACTS).where(*conditions)
+            return _page(conn, query, newest_first, limit, offset, "filter")
+    reason = unservable_reason(search)
+    if reason is None:
+        try:
+            with engine.connect() as conn:
+                return _fulltext(conn, search, conditions, limit, offset)
+        except DBAPIError as exc:
+            reason = f"the index query failed ({exc.orig or exc})"
+    logger.info("full-text search for %r served by substring matching: %s", search, reason)
+    terms = [_facts.c.content.icontains(term, autoescape=True) for term in substring_terms(search)]
+    with engine.connect() as conn:
+        query = select(*_FACT_COLUMNS).select_from(_LIVE_FACTS).where(*conditions, *terms)
+        return _page(conn, query, (_facts.c.confidence.desc(), _facts.c.id), limit, offset, "substring")
+
+
+def _fulltext(
+    conn: Connection, search: str, conditions: list[ColumnElement[bool]], limit: int, offset: int
+) -> FactPage:
+    if conn.dialect.name == "sqlite":
+        match = literal_column(FTS_TABLE).op("MATCH")(bindparam("q", fts5_match(search)))
+        # bm25() is lower-is-better; negate it so every rank reads "higher is better".
+        rank: ColumnElement[Any] = -func.bm25(literal_column(FTS_TABLE))
+        query = (
+            select(*_FACT_COLUMNS, rank.label("rank"))
+            .select_from(_fts.join(_LIVE_FACTS, _facts.c.id == _fts.c.rowid))
+            .where(match, *conditions)
+        )
+    else:
+        config: ColumnElement[Any] = literal_column(f"'{PG_TS_CONFIG}'::regconfig")
+        # Same expression as the GIN index, so the planner can use it.
+        vector = func.to_tsvector(config, _facts.c.content)
+        terms = func.plainto_tsquery(config, bindparam("q", search))
+        rank = func.ts_rank(vector, terms)
+        query = (
+            select(*_FACT_COLUMNS, rank.label("rank"))
+            .select_from(_LIVE_FACTS)
+            .where(vector.op("@@")(terms), *conditions)
+        )
+    order = (rank.desc(), _facts.c.confidence.desc(), _facts.c.id)
+    return _page(conn, query, order, limit, offset, "fulltext")
+
+
+def _page(
+    conn: Connection,
+    query: Select[Any],
+    order: Sequence[Any],
+    limit: int,
+    offset: int,
+    mode: str,
+) -> FactPage:
+    total = conn.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
+    rows = conn.execute(query.order_by(*order).limit(limit).offset(offset)).all()
+    facts = [
+        FactRecord(
+            user_id=row.user_id,
+            agent_name=row.agent_name,
+            fact_id=row.fact_id,
+            content=row.content,
+            category=row.category,
+            confidence=row.confidence,
+            created_at=row.created_at,
+            source=row.source,
+            rank=getattr(row, "rank", None),
+        )
+        for row in rows
+    ]
+    return FactPage(facts, total, limit, offset, mode)
+
+
+def _scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if where.user_id is not None:
+        conditions.append(_scopes.c.user_id == where.user_id)
+    if where.agent_name is None:
+        conditions.append(_scopes.c.agent_name.is_(None))
+    elif where.agent_name is not ANY_AGENT:
+        conditions.append(_scopes.c.agent_name == where.agent_name)
+    return conditions
+
+
+def _conditions(where: FactFilter) -> list[ColumnElement[bool]]:
+    conditions = [_facts.c.deleted_revision.is_(None), *_scope_conditions(where)]
+    if where.category is not None:
+        conditions.append(_facts.c.category == where.category)
+    if where.min_confidence is not None:
+        conditions.append(_facts.c.confidence >= where.min_confidence)
+    if where.text:
+        conditions.append(_facts.c.content.icontains(where.text, autoescape=True))
+    if where.created_after is not None:
+        conditions.append(_facts.c.created_at >= where.created_after)
+    if where.created_before is not None:
+        conditions.append(_facts.c.created_at < where.created_before)
+    return conditions
+
+
+def memory_stats(engine: Engine) -> MemoryStats:
+    with engine.connect() as conn:
+        users, scopes = conn.execute(select(func.count(_scopes.c.user_id.distinct()), func.count())).one()
+        by_category = {
+            category: count
+            for category, count in conn.execute(
+                select(_facts.c.category, func.count())
+                .where(_facts.c.deleted_revision.is_(None))
+                .group_by(_facts.c.category)
+                .order_by(_facts.c.category)
+            )
+        }
+        size = _database_bytes(conn)
+    return MemoryStats(users, scopes, sum(by_category.values()), by_category, size)
+
+
+def _database_bytes(conn: Connection) -> int | None:
+    if conn.dialect.name == "postgresql":
+        size = conn.execute(select(func.pg_database_size(func.current_database()))).scalar_one()
+        return int(size)
+    page_count = conn.exec_driver_sql("PRAGMA page_count").scalar_one()
+    page_size = conn.exec_driver_sql("PRAGMA page_size").scalar_one()
+    return int(page_count) * int(page_size)
+
+
+def list_scopes(engine: Engine, user_id: str | None) -> list[Scope]:
+    query = select(_scopes.c.user_id, _scopes.c.agent_name).order_by(
+        func.coalesce(_scopes.c.user_id, ""), func.coalesce(_scopes.c.agent_name, "")
+    )
+    if user_id is not None:
+        query = query.where(_scopes.c.user_id == user_id)
+    with engine.connect() as conn:
+        return [(row.user_id, row.agent_name) for row in conn.execute(query)]
+
+
+def fact_history(engine: Engine, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
+    """The newest ``limit`` audit rows for the filtered scopes, oldest first."""
+    conditions = _scope_conditions(where)
+    if fact_id is not None:
+        conditions.append(and_(_history.c.entity == "fact", _history.c.entity_id == fact_id))
+    query = (
+        select(_scopes.c.user_id, _scopes.c.agent_name, _history)
+        .select_from(_history.join(_scopes, _scopes.c.id == _history.c.scope_id))
+        .where(*conditions)
+        .order_by(_history.c.id.desc())
+        .limit(limit)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return [
+        HistoryEntry(
+            user_id=row.user_id,
+            agent_name=row.agent_name,
+            revision=row.revision,
+            changed_at=row.changed_at,
+            entity=row.entity,
+            entity_id=row.entity_id,
+            action=row.action,
+            origin=row.origin,
+            before=row.before,
+            after=row.after,
+        )
+        for row in reversed(rows)
+    ]
