@@ -4,7 +4,7 @@ PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test lint typecheck pytest demo clean migrations
+.PHONY: setup test lint typecheck pytest demo clean migrations bench
 
 setup: $(STAMP)
 
@@ -32,6 +32,11 @@ migrations: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/memstore demo
+
+# Benchmarks; refreshes bench/ and docs/performance.md. BENCH_ARGS=--quick for a run under 2 minutes;
+# MEMSTORE_BENCH_PG_URL=postgresql+psycopg://user@host/postgres adds the PostgreSQL scenarios.
+bench: $(STAMP)
+	$(BIN)/python scripts/bench.py --write-docs $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .memstore .pytest_cache .mypy_cache .ruff_cache

@@ -54,13 +54,25 @@ class MemoryConfig(BaseModel):
     guaranteed_categories: list[str] = Field(default_factory=lambda: ["correction"])
     guaranteed_token_budget: int = Field(default=500, ge=50, le=2000)
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    max_queue_depth: int = Field(default=10_000, ge=1, le=1_000_000)
+    update_max_attempts: int = Field(default=10, ge=1, le=100)
+    update_retry_base_seconds: float = Field(default=2.0, gt=0, le=3600)
+    update_retry_max_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    memory_context_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     llm_json_mode: bool = True
     extractor: Literal["auto", "llm", "rules"] = "auto"
 
-    @field_validator("shutdown_timeout_seconds", "llm_timeout_seconds", "fact_confidence_threshold")
+    @field_validator(
+        "shutdown_timeout_seconds",
+        "llm_timeout_seconds",
+        "fact_confidence_threshold",
+        "update_retry_base_seconds",
+        "update_retry_max_seconds",
+        "memory_context_timeout_seconds",
+    )
     @classmethod
     def _finite(cls, value: float) -> float:
         if not math.isfinite(value):

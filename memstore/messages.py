@@ -140,3 +140,25 @@ def detect_reinforcement(messages: Sequence[Any]) -> bool:
     Callers should give a correction precedence: ``not correction and detect_reinforcement(...)``.
     """
     return any(_REINFORCEMENT.search(text) for text in _recent_human_texts(messages))
+
+
+def bound_conversation(messages: Sequence[Any], *, max_message_chars: int, max_total_chars: int) -> list[Any]:
+    """The newest messages whose text fits ``max_total_chars``, each cut to ``max_message_chars``.
+
+    A pasted log or a runaway thread must not cost unbounded memory or prompt tokens; the
+    newest turns are what the memory update is about, so the oldest are dropped first. Messages
+    that fit are the originals; cut ones are shallow copies.
+    """
+    kept: list[Any] = []
+    total = 0
+    for message in reversed(messages):
+        text = message_text(message)
+        if len(text) > max_message_chars:
+            text = text[:max_message_chars]
+            message = with_content(message, text)
+        if kept and total + len(text) > max_total_chars:
+            break
+        kept.append(message)
+        total += len(text)
+    kept.reverse()
+    return kept

@@ -2,17 +2,23 @@
 
 Framework-neutral: call ``memory_context`` when building the prompt and ``after_agent`` with
 the thread's messages when the run ends. Neither may break the request, so both log and
-carry on when memory fails.
+carry on when memory fails. Neither may stall it either: ``after_agent`` only queues, and
+``memory_context`` reads the store on a small pool and gives up after
+``memory_context_timeout_seconds`` (a hung database costs one turn without memory, not a hung
+request).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
 from dataclasses import dataclass
 from typing import Any
 
 from memstore.config import MemoryConfig, get_memory_config
+from memstore.errors import StorageUnavailableError
 from memstore.facts import get_memory_data
 from memstore.injection import format_memory_for_injection, wrap_memory_block
 from memstore.message_access import message_type
@@ -21,6 +27,9 @@ from memstore.queue import get_memory_queue
 from memstore.user_context import get_effective_user_id
 
 logger = logging.getLogger(__name__)
+
+# Reads for memory_context; a few threads are enough because each read is one cheap query.
+_CONTEXT_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore-context")
 
 
 @dataclass(frozen=True)
@@ -86,16 +95,27 @@ class MemoryMiddleware:
         config = self._current_config()
         if not config.enabled or not config.injection_enabled:
             return ""
+        timeout = config.memory_context_timeout_seconds
         try:
-            memory = get_memory_data(self._agent_name, user_id=user_id or get_effective_user_id())
-            text = format_memory_for_injection(
-                memory,
-                config.max_injection_tokens,
-                guaranteed_categories=tuple(config.guaranteed_categories),
-                guaranteed_token_budget=config.guaranteed_token_budget,
-                use_tiktoken=config.token_counting == "tiktoken",
-            )
-            return wrap_memory_block(text)
+            # The user is resolved here: the pool thread does not see the request's ContextVar.
+            future = _CONTEXT_EXECUTOR.submit(self._render, config, user_id or get_effective_user_id())
+            return future.result(timeout=timeout)
+        except FutureTimeoutError:
+            future.cancel()
+            logger.warning("memory context took longer than %.1f s; continuing without memory", timeout)
+        except StorageUnavailableError as exc:
+            logger.warning("memory store unavailable; continuing without memory: %s", exc)
         except Exception:
             logger.exception("could not build the memory context; continuing without memory")
-            return ""
+        return ""
+
+    def _render(self, config: MemoryConfig, user_id: str | None) -> str:
+        memory = get_memory_data(self._agent_name, user_id=user_id)
+        text = format_memory_for_injection(
+            memory,
+            config.max_injection_tokens,
+            guaranteed_categories=tuple(config.guaranteed_categories),
+            guaranteed_token_budget=config.guaranteed_token_budget,
+            use_tiktoken=config.token_counting == "tiktoken",
+        )
+        return wrap_memory_block(text)

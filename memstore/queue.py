@@ -2,12 +2,25 @@
 
 Turns are batched per conversation key ``(thread_id, user_id, agent_name)``: the newest
 messages for a key replace the older ones, because the middleware always sends the whole
-filtered thread. One global timer covers the queue, so a burst of turns costs one batch.
+filtered thread. One global timer covers the queue, so a burst of turns costs one batch; a
+steady stream of turns pushes it back at most until the oldest pending turn has waited
+``MAX_DEBOUNCE_FACTOR`` debounce periods, so busy traffic cannot starve the queue.
 At most one worker runs at a time; a trigger that arrives while it is busy only leaves a
 note, and the finishing worker schedules exactly one follow-up (no 0-delay timer spin).
 
 Beyond the reference, ``shutdown`` drains pending work so a deploy or SIGTERM loses nothing;
 once it has run, new turns are dropped with a warning because the process is going away.
+
+Outages are not failures: when the updater raises ``StorageUnavailableError`` the conversation
+goes back into the queue with exponential backoff (``update_retry_base_seconds`` doubling up to
+``update_retry_max_seconds``) until ``update_max_attempts`` is used up. A newer conversation for
+the same key that arrived meanwhile wins, because it carries the whole thread. Every other error
+is permanent (a bad LLM reply stays bad) and is never retried.
+
+The queue is bounded by ``max_queue_depth`` keys; when full, a new key is dropped with a warning
+unless it carries a correction, which is the one signal too costly to lose. Each conversation is
+trimmed to its newest ``MAX_QUEUED_CONVERSATION_CHARS`` on the way in, so memory stays
+proportional to the depth, not to what users paste.
 """
 
 from __future__ import annotations
@@ -22,17 +35,29 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from memstore.config import MemoryConfig, get_memory_config
+from memstore.errors import StorageUnavailableError
+from memstore.messages import bound_conversation
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_BATCH_INTERVAL_SECONDS = 0.5
 """Pause between contexts of one batch, to spread LLM calls out a little."""
 
+MAX_DEBOUNCE_FACTOR = 2
+
+MAX_QUEUED_MESSAGE_CHARS = 8_000
+MAX_QUEUED_CONVERSATION_CHARS = 64_000
+"""Per-message and per-conversation caps applied at enqueue; the prompt cuts much shorter anyway."""
+
 _QueueKey = tuple[str, str | None, str | None]
 
 
 class MemoryUpdaterLike(Protocol):
-    """What the queue needs from an updater: one call per conversation, never raising by contract."""
+    """What the queue needs from an updater: one call per conversation.
+
+    Raising ``StorageUnavailableError`` asks for a retry later; any other exception is logged
+    and the conversation is dropped.
+    """
 
     def update_memory(
         self,
@@ -61,10 +86,40 @@ class ConversationContext:
     correction_detected: bool = False
     reinforcement_detected: bool = False
     timestamp: datetime = field(default_factory=lambda: datetime.now(UTC))
+    attempts: int = 0
+    """Processing attempts that ended in a storage outage."""
+    not_before: float = 0.0
+    """``time.monotonic()`` before which a retried context is not processed again."""
 
     @property
     def key(self) -> _QueueKey:
         return (self.thread_id, self.user_id, self.agent_name)
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """Counters since the queue was created, for logs, metrics and the reliability suite."""
+
+    accepted: int = 0
+    """Conversations admitted (including ones that replaced a pending turn of the same key)."""
+    rejected_full: int = 0
+    """New keys dropped because ``max_queue_depth`` was reached."""
+    updated: int = 0
+    """Updates the updater saved."""
+    skipped: int = 0
+    """Updater calls that saved nothing (no new memory, a bad reply, a refused save)."""
+    errors: int = 0
+    """Updater calls that raised something other than an outage; those conversations are gone."""
+    retries: int = 0
+    """Conversations put back after an outage."""
+    abandoned: int = 0
+    """Conversations dropped because the outage outlasted ``update_max_attempts`` or shutdown."""
+
+
+def retry_delay(attempts: int, config: MemoryConfig) -> float:
+    """Backoff before attempt ``attempts + 1``: the base doubled per failure, capped."""
+    exponent = min(max(attempts - 1, 0), 60)
+    return float(min(config.update_retry_max_seconds, config.update_retry_base_seconds * 2**exponent))
 
 
 def _default_updater_factory() -> MemoryUpdaterLike:
@@ -90,10 +145,17 @@ class MemoryUpdateQueue:
     ) -> None:
         self._updater_factory = updater_factory or _default_updater_factory
         self._batch_interval = batch_interval_seconds
-        self._queue: list[ConversationContext] = []
+        # Insertion-ordered by key: O(1) coalescing however deep the queue gets.
+        self._queue: dict[_QueueKey, ConversationContext] = {}
+        # Earliest ``not_before`` among waiting retries (may be early after a supersede, never late).
+        self._next_retry: float | None = None
+        self._counts: dict[str, int] = dict.fromkeys(QueueStats.__dataclass_fields__, 0)
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._timer: threading.Timer | None = None
+        self._timer_due = 0.0
+        # When the oldest turn not yet taken by a batch arrived (caps how far debouncing defers it).
+        self._pending_since: float | None = None
         self._processing = False
         self._rerun_pending = False
         self._closed = False
@@ -131,13 +193,13 @@ class MemoryUpdateQueue:
         self._enqueue(context, delay=0.0)
 
     def flush(self) -> None:
-        """Process everything pending in the caller's thread.
+        """Process everything pending in the caller's thread, retries still backing off included.
 
         If a worker is already busy this returns at once; that worker picks the queue up next.
         """
         with self._lock:
             self._cancel_timer_locked()
-        self._process_queue()
+        self._process_queue(force=True)
 
     def flush_nowait(self) -> None:
         """Process everything pending now, on a background thread."""
@@ -149,7 +211,10 @@ class MemoryUpdateQueue:
         with self._lock:
             self._cancel_timer_locked()
             self._queue.clear()
+            self._next_retry = None
+            self._pending_since = None
             self._rerun_pending = False
+            self._idle.notify_all()
 
     @property
     def pending_count(self) -> int:
@@ -160,6 +225,22 @@ class MemoryUpdateQueue:
     def is_processing(self) -> bool:
         with self._lock:
             return self._processing
+
+    @property
+    def stats(self) -> QueueStats:
+        with self._lock:
+            return QueueStats(**self._counts)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is pending or running; ``False`` if ``timeout`` ran out first."""
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        with self._lock:
+            while self._queue or self._processing:
+                remaining = _remaining(deadline)
+                if remaining == 0.0:
+                    return False
+                self._idle.wait(remaining)
+            return True
 
     def shutdown(self, timeout: float | None = None) -> bool:
         """Stop accepting work, wait for the in-flight worker, then drain what is pending.
@@ -184,7 +265,7 @@ class MemoryUpdateQueue:
                 self._idle.wait(remaining)
             if not self._queue:
                 return True
-            batch = self._take_batch_locked()
+            batch = self._take_batch_locked(force=True)
         logger.info("memory queue shutdown: draining %d pending conversation(s)", len(batch))
         return self._drain(batch, deadline)
 
@@ -194,56 +275,107 @@ class MemoryUpdateQueue:
         config = get_memory_config()
         if not config.enabled:
             return
+        context.messages = bound_conversation(
+            context.messages,
+            max_message_chars=MAX_QUEUED_MESSAGE_CHARS,
+            max_total_chars=MAX_QUEUED_CONVERSATION_CHARS,
+        )
         with self._lock:
             if self._closed:
                 logger.warning(
                     "memory queue is shut down; dropping the update for thread %s", context.thread_id
                 )
                 return
-            previous = next((item for item in self._queue if item.key == context.key), None)
+            previous = self._queue.pop(context.key, None)
             if previous is not None:
                 # Flags stay sticky until processed: a later turn without a correction must not
                 # erase the hint that an earlier turn of the same conversation carried one.
                 context.correction_detected |= previous.correction_detected
                 context.reinforcement_detected |= previous.reinforcement_detected
-                self._queue.remove(previous)
-            self._queue.append(context)
-            self._schedule_timer_locked(float(config.debounce_seconds) if delay is None else delay)
+                if previous.not_before:
+                    self._next_retry = self._earliest_retry_locked()
+            elif len(self._queue) >= config.max_queue_depth and not context.correction_detected:
+                self._counts["rejected_full"] += 1
+                logger.warning(
+                    "memory queue is full (%d conversations); dropping the update for thread %s "
+                    "(%d dropped so far)",
+                    len(self._queue),
+                    context.thread_id,
+                    self._counts["rejected_full"],
+                )
+                return
+            self._queue[context.key] = context
+            self._counts["accepted"] += 1
+            now = time.monotonic()
+            if self._pending_since is None:
+                self._pending_since = now
+            if delay is None:
+                debounce = float(config.debounce_seconds)
+                delay = max(0.0, min(debounce, self._pending_since + MAX_DEBOUNCE_FACTOR * debounce - now))
+            self._schedule_timer_locked(delay)
+
+    def _earliest_retry_locked(self) -> float | None:
+        return min((item.not_before for item in self._queue.values() if item.not_before), default=None)
 
     def _schedule_timer_locked(self, delay: float) -> None:
         if self._closed:
             return
+        if self._next_retry is not None:
+            # A debounce restart must not push a due retry back.
+            delay = min(delay, max(0.0, self._next_retry - time.monotonic()))
         self._cancel_timer_locked()
         timer = threading.Timer(delay, self._process_queue)
         timer.daemon = True
         timer.start()
         self._timer = timer
+        self._timer_due = time.monotonic() + delay
 
     def _cancel_timer_locked(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _take_batch_locked(self) -> list[ConversationContext]:
-        # The batch takes everything, so a timer scheduled meanwhile has nothing left to do.
+    def _take_batch_locked(self, *, force: bool) -> list[ConversationContext]:
+        """Everything due (or everything, with ``force``); retries still backing off stay queued.
+
+        The timer is cancelled because the batch takes all that is due; whatever stays is
+        rescheduled by ``_finish_batch``.
+        """
         self._cancel_timer_locked()
-        batch = self._queue
-        self._queue = []
-        self._processing = True
+        now = time.monotonic()
+        batch = [item for item in self._queue.values() if force or item.not_before <= now]
+        if len(batch) == len(self._queue):
+            self._queue = {}
+        else:
+            for item in batch:
+                del self._queue[item.key]
+        self._next_retry = self._earliest_retry_locked()
+        self._pending_since = None
+        self._processing = bool(batch)
         return batch
 
-    def _process_queue(self) -> None:
+    def _process_queue(self, *, force: bool = False) -> None:
         with self._lock:
             if self._processing:
                 self._rerun_pending = True
                 return
             if not self._queue:
                 return
-            batch = self._take_batch_locked()
+            batch = self._take_batch_locked(force=force)
+            if not batch:
+                self._schedule_pending_locked()
+                return
         try:
             self._run_batch(batch, interval=self._batch_interval)
         finally:
             self._finish_batch()
+
+    def _schedule_pending_locked(self) -> None:
+        """Wake up for retries that are still backing off (fresh entries always have a timer)."""
+        if self._next_retry is None:
+            return
+        if self._timer is None or self._next_retry < self._timer_due:
+            self._schedule_timer_locked(max(0.0, self._next_retry - time.monotonic()))
 
     def _finish_batch(self) -> None:
         with self._lock:
@@ -252,6 +384,7 @@ class MemoryUpdateQueue:
                 self._rerun_pending = False
                 if self._queue:
                     self._schedule_timer_locked(0.0)
+            self._schedule_pending_locked()
             self._idle.notify_all()
 
     def _run_batch(
@@ -283,15 +416,67 @@ class MemoryUpdateQueue:
                     user_id=context.user_id,
                     captured_at=context.timestamp,
                 )
+            except StorageUnavailableError as exc:
+                ok = self._retry_later(context, exc) and ok
+                continue
             except Exception:
                 ok = False
+                self._count("errors")
                 logger.exception("memory update raised for thread %s", context.thread_id)
                 continue
             if updated:
+                self._count("updated")
                 logger.debug("memory updated for thread %s", context.thread_id)
             else:
+                self._count("skipped")
                 logger.info("memory update skipped or failed for thread %s", context.thread_id)
         return ok
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] += 1
+
+    def _retry_later(self, context: ConversationContext, exc: StorageUnavailableError) -> bool:
+        """Put ``context`` back after an outage; ``False`` when it had to be dropped instead."""
+        config = get_memory_config()
+        attempts = context.attempts + 1
+        with self._lock:
+            newer = self._queue.get(context.key)
+            if newer is not None:
+                # The newer turn carries the whole thread; only the flags need carrying over.
+                newer.correction_detected |= context.correction_detected
+                newer.reinforcement_detected |= context.reinforcement_detected
+                logger.info(
+                    "memory store unavailable for thread %s; a newer turn is queued and replaces it: %s",
+                    context.thread_id,
+                    exc,
+                )
+                return True
+            if attempts >= config.update_max_attempts or self._closed:
+                self._counts["abandoned"] += 1
+                reason = "the queue is shut down" if self._closed else f"{attempts} attempt(s)"
+                logger.error(
+                    "memory store unavailable for thread %s; conversation dropped after %s: %s",
+                    context.thread_id,
+                    reason,
+                    exc,
+                )
+                return False
+            delay = retry_delay(attempts, config)
+            context.attempts = attempts
+            context.not_before = time.monotonic() + delay
+            self._queue[context.key] = context
+            self._next_retry = min(self._next_retry or context.not_before, context.not_before)
+            self._counts["retries"] += 1
+        logger.warning(
+            "memory store unavailable for thread %s (attempt %d of %d); retrying in %.2f s: %s",
+            context.thread_id,
+            attempts,
+            config.update_max_attempts,
+            delay,
+            exc,
+        )
+        return True
 
     def _drain(self, batch: list[ConversationContext], deadline: float | None) -> bool:
         outcome: list[bool] = []

@@ -136,7 +136,7 @@ def import_entries(
             incoming = {key: value for key, value in document.items() if key != "revision"}
             if same_memory(stored, incoming):
                 report.unchanged.append(entry)
-            elif dry_run or storage.save(incoming, entry.agent_name, user_id=entry.user_id):
+            elif dry_run or storage.save(incoming, entry.agent_name, user_id=entry.user_id, origin="import"):
                 report.imported.append(entry)
             else:
                 report.invalid.append((entry.path, "the storage refused the save (see the log)"))

@@ -3,11 +3,19 @@
 Models wrap JSON in think-tags, prose or code fences, and some providers return content as
 a list of blocks, so the parser flattens the content and then tries to decode a JSON value
 at every ``{``, accepting the first object that has ``user``, ``history`` and ``newFacts``
-(``factsToRemove`` is optional). Truncated JSON is never repaired.
+(``factsToRemove`` is optional). Truncated JSON is never repaired. A failed decode costs time
+proportional to its offset and nested objects are decoded once per brace, so the search
+gives up after ``MAX_DECODE_FAILURES`` failures or ``MAX_DECODE_WORK`` decoded characters, and
+refuses replies over ``MAX_REPLY_CHARS``: a reply of a million ``{`` must not pin the worker.
 
 Field types are normalised so the apply step sees clean data. A reply that asks to remove
 facts while some of its new facts were malformed is refused as a whole: applying only the
 removal would turn "replace X with Y" into "forget X".
+
+Text the store could not keep, or should not, is malformed too: a NUL character (PostgreSQL
+text cannot hold it), a lone surrogate (not encodable as UTF-8), or a fact or summary longer
+than ``MAX_FACT_CHARS``/``MAX_SUMMARY_CHARS``. One such fact would otherwise fail the whole
+save, losing the valid part of the reply with it, or crowd every other fact out of injection.
 """
 
 from __future__ import annotations
@@ -23,6 +31,12 @@ from memstore.errors import MemstoreError
 
 REQUIRED_KEYS = frozenset({"user", "history", "newFacts"})
 DEFAULT_FACT_CONFIDENCE = 0.5
+MAX_FACT_CHARS = 2_000
+MAX_SUMMARY_CHARS = 8_000
+MAX_CATEGORY_CHARS = 64
+MAX_REPLY_CHARS = 1_000_000
+MAX_DECODE_FAILURES = 256
+MAX_DECODE_WORK = 16 * MAX_REPLY_CHARS
 _OPEN_BRACE = re.compile(r"\{")
 
 
@@ -83,18 +97,46 @@ def extract_text(content: object) -> str:
 
 def find_update_object(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` carrying every key in ``REQUIRED_KEYS``."""
+    if len(text) > MAX_REPLY_CHARS:
+        raise MemoryUpdateParseError(
+            f"extractor reply is {len(text)} characters, over the {MAX_REPLY_CHARS} accepted"
+        )
     decoder = json.JSONDecoder()
+    failures = work = 0
     for match in _OPEN_BRACE.finditer(text):
+        if failures >= MAX_DECODE_FAILURES or work >= MAX_DECODE_WORK:
+            break
+        start = match.start()
         try:
-            value, _ = decoder.raw_decode(text, match.start())
-        except json.JSONDecodeError:
+            value, end = decoder.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            failures += 1
+            work += exc.pos - start
             continue
+        except RecursionError:  # nested deeper than the decoder's stack: not an update either way
+            failures += 1
+            continue
+        work += end - start
         if isinstance(value, dict) and value.keys() >= REQUIRED_KEYS:
             return value
     preview = text[:200].replace("\n", " ")
     raise MemoryUpdateParseError(
         f"no JSON object with keys user, history and newFacts in the extractor reply: {preview!r}"
     )
+
+
+def storable_text(value: object, max_chars: int) -> str | None:
+    """``value`` stripped, or ``None`` when it is not text the store can keep (see module doc)."""
+    if not isinstance(value, str):
+        return None
+    value = value.strip()
+    if len(value) > max_chars or "\x00" in value:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
 
 
 def _normalise_sections(raw: object, names: tuple[str, ...]) -> dict[str, SectionUpdate]:
@@ -105,13 +147,10 @@ def _normalise_sections(raw: object, names: tuple[str, ...]) -> dict[str, Sectio
         entry = raw.get(name)
         if not isinstance(entry, Mapping):
             continue
-        summary = entry.get("summary")
+        summary = storable_text(entry.get("summary"), MAX_SUMMARY_CHARS)
         flag = entry.get("shouldUpdate")
         should_update = flag is True or (isinstance(flag, str) and flag.strip().lower() == "true")
-        sections[name] = {
-            "summary": summary if isinstance(summary, str) else "",
-            "shouldUpdate": should_update,
-        }
+        sections[name] = {"summary": summary or "", "shouldUpdate": should_update}
     return sections
 
 
@@ -128,7 +167,10 @@ def _normalise_confidence(raw: object) -> float | None:
         except ValueError:
             return None
     elif isinstance(raw, int | float):
-        value = float(raw)
+        try:
+            value = float(raw)
+        except OverflowError:  # an integer too large for a float, e.g. 10**400
+            return None
     else:
         return None
     return value if math.isfinite(value) else None
@@ -138,21 +180,17 @@ def normalise_fact(raw: object) -> NewFact | None:
     """A clean new fact, or ``None`` when it cannot be trusted."""
     if not isinstance(raw, Mapping):
         return None
-    content = raw.get("content")
-    if not isinstance(content, str) or not content.strip():
+    content = storable_text(raw.get("content"), MAX_FACT_CHARS)
+    if not content:
         return None
     confidence = _normalise_confidence(raw.get("confidence", DEFAULT_FACT_CONFIDENCE))
     if confidence is None:
         return None
-    category = raw.get("category")
-    fact: NewFact = {
-        "content": content.strip(),
-        "category": category.strip() if isinstance(category, str) and category.strip() else "context",
-        "confidence": confidence,
-    }
-    source_error = raw.get("sourceError")
-    if isinstance(source_error, str) and source_error.strip():
-        fact["sourceError"] = source_error.strip()
+    category = storable_text(raw.get("category"), MAX_CATEGORY_CHARS)
+    fact: NewFact = {"content": content, "category": category or "context", "confidence": confidence}
+    source_error = storable_text(raw.get("sourceError"), MAX_FACT_CHARS)
+    if source_error:
+        fact["sourceError"] = source_error
     return fact
 
 

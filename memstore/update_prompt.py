@@ -20,6 +20,8 @@ from memstore.message_access import message_text, message_type
 from memstore.messages import UPLOAD_BLOCK_RE
 
 MAX_MESSAGE_CHARS = 1000
+MAX_CONVERSATION_CHARS = 20_000
+"""Cap on the rendered conversation; the newest turns are kept, so a huge thread costs a bounded prompt."""
 
 CORRECTION_HINT = (
     "Note: Explicit correction signals were detected in this conversation. Work out what the "
@@ -88,10 +90,12 @@ def format_conversation_for_update(messages: Sequence[Any]) -> str:
     """Render human and AI turns as escaped ``User:``/``Assistant:`` lines.
 
     Upload blocks are dropped (uploads do not outlive the thread) and turns left empty are
-    skipped. Each turn is cut at ``MAX_MESSAGE_CHARS`` before escaping.
+    skipped. Each turn is cut at ``MAX_MESSAGE_CHARS`` before escaping, and only the newest
+    turns that fit ``MAX_CONVERSATION_CHARS`` are kept.
     """
     lines: list[str] = []
-    for message in messages:
+    total = 0
+    for message in reversed(messages):
         kind = message_type(message)
         if kind not in ("human", "ai"):
             continue
@@ -104,7 +108,12 @@ def format_conversation_for_update(messages: Sequence[Any]) -> str:
         if len(text) > MAX_MESSAGE_CHARS:
             text = text[:MAX_MESSAGE_CHARS] + "..."
         speaker = "User" if kind == "human" else "Assistant"
-        lines.append(f"{speaker}: {html.escape(text, quote=False)}")
+        line = f"{speaker}: {html.escape(text, quote=False)}"
+        total += len(line) + 2
+        if lines and total > MAX_CONVERSATION_CHARS:
+            break
+        lines.append(line)
+    lines.reverse()
     return "\n\n".join(lines)
 
 

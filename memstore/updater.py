@@ -4,6 +4,8 @@ The whole path is synchronous and runs on the queue's worker thread. It never cr
 event loop: when called from a thread that already runs one, it hands the work to a small
 thread pool and blocks on the result, exactly like a plain sync call would. Every failure
 is logged and reported as ``False`` so the queue keeps going; nothing is saved on failure.
+The one exception is an unreachable store: ``StorageUnavailableError`` propagates, because
+retrying later can succeed where a bad LLM reply never will, and the queue retries it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.errors import ConfigError, MemstoreError
+from memstore.errors import ConfigError, MemstoreError, StorageUnavailableError
 from memstore.llm import LLMClient
 from memstore.rules_extractor import extract_update
 from memstore.storage.loader import get_memory_storage
@@ -93,7 +95,8 @@ class MemoryUpdater:
         """Update the scope's memory from ``messages``; ``True`` once the result is saved.
 
         ``captured_at`` (when the conversation was queued) lets the store refuse an update
-        for a scope that was erased or cleared after the conversation was captured.
+        for a scope that was erased or cleared after the conversation was captured. Raises
+        ``StorageUnavailableError`` when the store cannot be reached (nothing was saved).
         """
         args = (
             messages,
@@ -110,6 +113,8 @@ class MemoryUpdater:
             return self._update_sync(*args)
         try:
             return _SYNC_EXECUTOR.submit(self._update_sync, *args).result()
+        except StorageUnavailableError:
+            raise
         except Exception:
             logger.exception("memory update for thread %s could not run off the event loop", thread_id)
             return False
@@ -151,6 +156,9 @@ class MemoryUpdater:
                 logger.warning("memory update for thread %s was not saved (storage refused)", thread_id)
                 return False
             return True
+        except StorageUnavailableError as exc:
+            logger.warning("memory update for thread %s could not reach the store: %s", thread_id, exc)
+            raise
         except MemstoreError as exc:
             # Expected failures (bad reply, malformed stored document, config, endpoint down)
             # carry a clear message; a traceback would only add noise on every queued update.

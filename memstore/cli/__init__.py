@@ -35,13 +35,25 @@ def _register() -> None:
     """Attach each command module; imported here so ``memstore --help`` lists them all."""
     from memstore.cli.db import db
     from memstore.cli.demo import demo
+    from memstore.cli.facts import facts
+    from memstore.cli.history import history
+    from memstore.cli.maintenance import erase, vacuum
+    from memstore.cli.serve import serve
     from memstore.cli.show import show
-    from memstore.cli.transfer import import_command
+    from memstore.cli.stats import stats
+    from memstore.cli.transfer import export_command, import_command
 
     main.add_command(db)
     main.add_command(demo)
+    main.add_command(erase)
+    main.add_command(export_command)
+    main.add_command(facts)
+    main.add_command(history)
     main.add_command(import_command)
+    main.add_command(serve)
     main.add_command(show)
+    main.add_command(stats)
+    main.add_command(vacuum)
 
 
 _register()

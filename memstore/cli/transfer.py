@@ -1,4 +1,4 @@
-"""``memstore import``: load DeerFlow-style memory trees or single documents into storage."""
+"""``memstore import`` and ``export``: DeerFlow-style memory trees in and out of storage."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
+from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
 from memstore.storage.loader import get_memory_storage
-from memstore.transfer import ImportReport, TreeEntry, discover_tree, import_entries
+from memstore.transfer import ImportReport, TreeEntry, discover_tree, export_scopes, import_entries
 
 EXIT_INVALID_ITEMS = 3
 
@@ -44,6 +45,29 @@ def import_command(
     _print_report(report, dry_run=dry_run, as_json=as_json)
     if report.invalid:
         sys.exit(EXIT_INVALID_ITEMS)
+
+
+@click.command("export")
+@click.argument("destination", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--user", "user_id", help="Export only this user's scopes (default: every scope).")
+@click.option("--json", "as_json", is_flag=True, help="Print the written files as JSON.")
+def export_command(destination: Path, user_id: str | None, as_json: bool) -> None:
+    """Write stored memory to DESTINATION in the tree layout ``memstore import`` reads.
+
+    Existing files for the exported scopes are overwritten; importing the tree again changes nothing.
+    """
+    storage = get_memory_storage()
+    scopes = list_scopes(user_id, storage=storage)
+    written: list[Path] = []
+    with click.progressbar(scopes, label="Exporting", file=sys.stderr, show_pos=True) as bar:
+        for scope in bar:
+            written.extend(export_scopes(storage, [scope], destination))
+    if as_json:
+        click.echo(
+            json.dumps({"destination": str(destination), "files": [str(p) for p in written]}, indent=2)
+        )
+    else:
+        click.echo(f"exported {len(written)} scope(s) to {destination}")
 
 
 def _print_report(report: ImportReport, *, dry_run: bool, as_json: bool) -> None:

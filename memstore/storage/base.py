@@ -15,8 +15,9 @@ class MemoryStorage(ABC):
     an unknown scope loads as an empty document; ``load`` returns a document the caller may
     mutate without affecting the provider; ``save`` never mutates its argument, sets
     ``lastUpdated`` on what it stores, and returns ``False`` (leaving the previous data
-    readable) when it cannot persist; scopes never see each other's data. ``load`` raises
-    ``StorageUnavailableError`` when the backing store cannot be reached.
+    readable) when it cannot persist the document; scopes never see each other's data.
+    ``load`` and ``save`` raise ``StorageUnavailableError`` when the backing store cannot be
+    reached, so callers can retry later instead of treating the update as bad.
     """
 
     @abstractmethod

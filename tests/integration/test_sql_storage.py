@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
+from memstore.errors import StorageUnavailableError
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import storage as storage_module
 from memstore.storage.sql.engine import get_engine
@@ -408,13 +409,18 @@ def test_a_non_object_extra_written_by_hand_does_not_break_loading(sql_url: str)
 def test_database_errors_are_logged_with_the_password_masked(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The schema check would fail first; skip it to exercise the save path's error handling.
-    monkeypatch.setattr(storage_module, "prepare_database", lambda engine, *, auto_migrate: None)
     url = "postgresql+psycopg://memstore:s3cr3t-Pa55@127.0.0.1:1/memstore?connect_timeout=2"
+    # Unreachable at first use: the schema check reports an outage, with the password masked.
+    with pytest.raises(StorageUnavailableError) as first_use:
+        SqlMemoryStorage(url)
+    assert "memstore:***@127.0.0.1:1" in str(first_use.value) and "s3cr3t" not in str(first_use.value)
+    # Skip the schema check to exercise the save path's error handling.
+    monkeypatch.setattr(storage_module, "prepare_database", lambda engine, *, auto_migrate: None)
     storage = SqlMemoryStorage(url)
     assert storage.url == "postgresql+psycopg://memstore:***@127.0.0.1:1/memstore?connect_timeout=2"
-    with caplog.at_level(logging.ERROR):
-        assert storage.save(_doc(_fact(1)), user_id="alice") is False
+    with caplog.at_level(logging.ERROR), pytest.raises(StorageUnavailableError) as saving:
+        storage.save(_doc(_fact(1)), user_id="alice")
+    assert "memstore:***@127.0.0.1:1" in str(saving.value) and "s3cr3t" not in str(saving.value)
     assert "failed to save memory" in caplog.text
     assert "memstore:***@127.0.0.1:1" in caplog.text
     assert "s3cr3t-Pa55" not in caplog.text

@@ -150,7 +150,7 @@ def test_a_current_document_replaces_facts_and_order() -> None:
         [_doc_fact(3, "three"), _doc_fact(1, "one"), _doc_fact(4, "four")], stored, revision=1, current=1
     )
     assert _contents(plan) == ["three", "one", "four"]
-    assert plan.tombstones == [2]
+    assert plan.tombstones == ["fact_00000002"]
     assert [values.fact_id for values, _ in plan.inserts] == ["fact_00000004"]
     assert plan.revision == 2
 
@@ -165,8 +165,8 @@ def test_a_stale_document_keeps_concurrent_adds_and_deletes() -> None:
     document = [_doc_fact(1, "seen and kept"), _doc_fact(4, "deleted concurrently"), _doc_fact(9, "new")]
     plan = _plan(document, stored, revision=2, current=3)
     assert _contents(plan) == ["seen and kept", "added concurrently", "new"]
-    assert plan.tombstones == [2]
-    assert not plan.revives
+    assert plan.tombstones == ["fact_00000002"]
+    assert [values.fact_id for values, _ in plan.inserts] == ["fact_00000009"]  # fact 4 stays deleted
 
 
 def test_first_committer_wins_per_fact() -> None:
@@ -174,12 +174,13 @@ def test_first_committer_wins_per_fact() -> None:
     document = [_doc_fact(1, "caller's edit"), _doc_fact(2, "caller's other edit")]
     plan = _plan(document, stored, revision=2, current=3)
     assert _contents(plan) == ["edited concurrently", "caller's other edit"]
-    assert [row_id for row_id, _, _ in plan.updates] == [2]
+    assert [values.fact_id for values, _ in plan.updates] == ["fact_00000002"]
 
 
 def test_a_fact_deleted_before_the_callers_revision_is_revived() -> None:
     plan = _plan([_doc_fact(1, "back again")], [_row(1, "back again", deleted=2)], revision=None, current=5)
-    assert [row_id for row_id, _, _ in plan.revives] == [1]
+    # Written like a new fact: the insert upserts over the tombstoned row.
+    assert [values.fact_id for values, _ in plan.inserts] == ["fact_00000001"]
     assert plan.changes[0].action == "insert"
 
 
@@ -208,7 +209,7 @@ def test_the_cap_drops_lowest_confidence_and_later_ties() -> None:
     ]
     plan = _plan(document, stored, revision=1, current=1, max_facts=3)
     assert _contents(plan) == ["a", "b", "e"]
-    assert plan.tombstones == [3]
+    assert plan.tombstones == ["fact_00000003"]
     assert [values.content for values, _ in plan.inserts] == ["e"]
 
 

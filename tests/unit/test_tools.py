@@ -94,7 +94,8 @@ def test_search_returns_results_and_count() -> None:
     result = _json(memory_search("TEA", user_id="alice"))
 
     assert result["count"] == 2
-    assert [fact["content"] for fact in result["results"]] == ["Drinks tea every morning", "Likes green tea"]
+    # The full-text index ranks the shorter, closer match first, ahead of confidence.
+    assert [fact["content"] for fact in result["results"]] == ["Likes green tea", "Drinks tea every morning"]
     assert _json(memory_search("tea", category="preference", user_id="alice"))["count"] == 1
     assert _json(memory_search("tea", limit=1, user_id="alice"))["count"] == 1
     assert _json(memory_search("tea", user_id="bob")) == {"results": [], "count": 0}

@@ -20,6 +20,7 @@ from memstore.config import MemoryConfig
 from memstore.errors import ConfigError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+PG_CONNECT_TIMEOUT_SECONDS = 10
 DEFAULT_SQLITE_FILE = "memory.db"
 # Execution option: a connection carrying it begins its transaction with BEGIN IMMEDIATE.
 SQLITE_WRITE_OPTION = "memstore_sqlite_write"
@@ -81,7 +82,12 @@ def dispose_engines() -> None:
 
 def _build_engine(url: URL) -> Engine:
     if url.get_backend_name() == "postgresql":
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        # Without a connect timeout a host that stopped answering stalls the queue worker for
+        # minutes; the URL's own ?connect_timeout= wins.
+        connect_args = (
+            {} if "connect_timeout" in url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
+        )
+        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args)
     database = url.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)

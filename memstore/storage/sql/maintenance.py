@@ -40,9 +40,10 @@ def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
     sqlite = engine.dialect.name == "sqlite"
     with engine.connect() as conn:
         if sqlite:
-            # Deleted text is overwritten in the file instead of lingering in free pages. Set on
-            # the driver connection, outside SQLAlchemy's transaction handling (a pragma here
-            # would otherwise auto-begin a transaction).
+            # Deleted text is overwritten in the file instead of lingering in free pages (some
+            # SQLite builds default to this, others not). Set on the driver connection, outside
+            # SQLAlchemy's transaction handling (a pragma here would auto-begin a transaction).
+            secure_delete = _sqlite_pragma(conn, "secure_delete")
             _sqlite_pragma(conn, "secure_delete = ON")
         conn.execution_options(**{SQLITE_WRITE_OPTION: True})
         try:
@@ -66,14 +67,15 @@ def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
                     conn.exec_driver_sql(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
         finally:
             if sqlite:
-                _sqlite_pragma(conn, "secure_delete = OFF")
+                _sqlite_pragma(conn, f"secure_delete = {secure_delete}")
     return counts
 
 
-def _sqlite_pragma(conn: Connection, pragma: str) -> None:
+def _sqlite_pragma(conn: Connection, pragma: str) -> object:
     driver = conn.connection.driver_connection
     assert driver is not None
-    driver.execute(f"PRAGMA {pragma}")
+    row = driver.execute(f"PRAGMA {pragma}").fetchone()
+    return None if row is None else row[0]
 
 
 def _delete(conn: Connection, table: Table, scope_ids: list[int]) -> int:

@@ -17,13 +17,20 @@ Rules, per fact id:
 Sections take the caller's value only when it differs and the row is not newer than ``base``.
 Order: the document's order when ``base == current``, else the stored order with new facts
 appended. Finally ``max_facts`` tombstones the lowest-confidence facts (ties keep earlier ones).
+
+Rows are addressed by fact id (unique per scope), and a revived fact is written like a new one
+(an upsert), so a plan needs no row ids: ``plan_from_snapshot`` can then plan the common save --
+the caller loaded the revision the store is still at -- from this process's cached ``Snapshot``,
+without reading the rows, at a cost that follows the size of the change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from itertools import compress, count, repeat
+from operator import attrgetter, is_not, ne
 from typing import Any
 
 from memstore.storage.sql.codec import (
@@ -31,6 +38,8 @@ from memstore.storage.sql.codec import (
     FactValues,
     IncomingDocument,
     IncomingFact,
+    KnownFact,
+    KnownSection,
     SectionValues,
     decode_fact,
     decode_section,
@@ -66,17 +75,19 @@ class Change:
 
 @dataclass(slots=True)
 class MergePlan:
+    """The writes of one save (facts by id; ``inserts`` also revive tombstoned ids) and the result."""
+
     revision: int
     inserts: list[tuple[FactValues, int]] = field(default_factory=list)
-    updates: list[tuple[int, FactValues, int]] = field(default_factory=list)
-    revives: list[tuple[int, FactValues, int]] = field(default_factory=list)
-    moves: list[tuple[int, int]] = field(default_factory=list)
-    tombstones: list[int] = field(default_factory=list)
+    updates: list[tuple[FactValues, int]] = field(default_factory=list)
+    moves: list[tuple[str, int]] = field(default_factory=list)
+    tombstones: list[str] = field(default_factory=list)
     section_inserts: list[tuple[str, SectionValues]] = field(default_factory=list)
     section_updates: list[tuple[str, SectionValues]] = field(default_factory=list)
     version: str | None = None
     changes: list[Change] = field(default_factory=list)
     facts: list[FactValues] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)
     sections: dict[str, SectionValues] = field(default_factory=dict)
 
     @property
@@ -84,7 +95,6 @@ class MergePlan:
         return bool(
             self.inserts
             or self.updates
-            or self.revives
             or self.moves
             or self.tombstones
             or self.section_inserts
@@ -129,6 +139,7 @@ def plan_merge(
     )
     if incoming.facts is None:
         plan.facts = [row.values for row in live]
+        plan.positions = [row.position for row in live]
     else:
         entries = _fact_entries(incoming.facts, stored_facts, live, base, current, new_id, plan)
         _write_facts(_cap(_dedup(entries), max_facts, plan), plan)
@@ -173,7 +184,7 @@ def _fact_entries(
         if row.added_revision > base:
             concurrent.append(_Entry(_Kind.KEEP, row.values, row))
         else:
-            _tombstone(row, plan)
+            _tombstone(row.values.fact_id, decode_fact(row.values), plan)
     if base == current:
         return from_document + concurrent
     # Merge mode: the stored order first, then what the caller added, in the caller's order.
@@ -218,17 +229,21 @@ def _cap(entries: list[_Entry], max_facts: int, plan: MergePlan) -> list[_Entry]
     """Drop the lowest-confidence facts beyond ``max_facts``; stable, so ties keep earlier facts."""
     if len(entries) <= max_facts:
         return entries
-    ranked = sorted(range(len(entries)), key=lambda index: -entries[index].values.confidence)
-    keep = set(ranked[:max_facts])
+    keep = _most_confident([entry.values for entry in entries], max_facts)
     for index, entry in enumerate(entries):
         if index not in keep and entry.row is not None and entry.kind is not _Kind.REVIVE:
-            _tombstone(entry.row, plan)
+            _tombstone(entry.row.values.fact_id, decode_fact(entry.row.values), plan)
     return [entry for index, entry in enumerate(entries) if index in keep]
 
 
-def _tombstone(row: StoredFact, plan: MergePlan) -> None:
-    plan.tombstones.append(row.row_id)
-    plan.changes.append(Change("fact", row.values.fact_id, "delete", decode_fact(row.values), None))
+def _most_confident(facts: list[FactValues], max_facts: int) -> set[int]:
+    ranked = sorted(range(len(facts)), key=lambda index: -facts[index].confidence)
+    return set(ranked[:max_facts])
+
+
+def _tombstone(fact_id: str, before: dict[str, Any], plan: MergePlan) -> None:
+    plan.tombstones.append(fact_id)
+    plan.changes.append(Change("fact", fact_id, "delete", before, None))
 
 
 def _write_facts(entries: list[_Entry], plan: MergePlan) -> None:
@@ -236,22 +251,26 @@ def _write_facts(entries: list[_Entry], plan: MergePlan) -> None:
         entry.row.position if entry.kind in (_Kind.KEEP, _Kind.UPDATE) and entry.row else None
         for entry in entries
     ]
-    for entry, position in zip(entries, _assign_positions(current), strict=True):
+    plan.positions = _assign_positions(current)
+    for entry, position in zip(entries, plan.positions, strict=True):
         values, row = entry.values, entry.row
-        if entry.kind is _Kind.INSERT:
-            plan.inserts.append((values, position))
-            plan.changes.append(Change("fact", values.fact_id, "insert", None, decode_fact(values)))
-        elif entry.kind is _Kind.REVIVE and row is not None:
-            plan.revives.append((row.row_id, values, position))
-            plan.changes.append(Change("fact", values.fact_id, "insert", None, decode_fact(values)))
+        if entry.kind in (_Kind.INSERT, _Kind.REVIVE):
+            _insert(values, position, plan)
         elif entry.kind is _Kind.UPDATE and row is not None:
-            plan.updates.append((row.row_id, values, position))
-            plan.changes.append(
-                Change("fact", values.fact_id, "update", decode_fact(row.values), decode_fact(values))
-            )
+            _update(values, position, decode_fact(row.values), plan)
         elif row is not None and position != row.position:
-            plan.moves.append((row.row_id, position))
+            plan.moves.append((values.fact_id, position))
         plan.facts.append(values)
+
+
+def _insert(values: FactValues, position: int, plan: MergePlan) -> None:
+    plan.inserts.append((values, position))
+    plan.changes.append(Change("fact", values.fact_id, "insert", None, decode_fact(values)))
+
+
+def _update(values: FactValues, position: int, before: dict[str, Any], plan: MergePlan) -> None:
+    plan.updates.append((values, position))
+    plan.changes.append(Change("fact", values.fact_id, "update", before, decode_fact(values)))
 
 
 def _assign_positions(current: list[int | None]) -> list[int]:
@@ -292,3 +311,159 @@ def _merge_sections(
                 decode_section(values),
             )
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A scope's live rows at one revision, as this process last read or wrote them.
+
+    Successive snapshots share their entries: nothing in a snapshot may be mutated.
+    """
+
+    facts: dict[str, KnownFact]  # by fact id, in document order
+    positions: dict[str, int]
+    owners: dict[str, str]  # content key -> id of the live fact that has it
+    sections: dict[str, KnownSection]  # the stored section rows
+
+
+def snapshot_of(
+    facts: list[FactValues],
+    positions: list[int],
+    sections: dict[str, SectionValues],
+    previous: Snapshot | None = None,
+) -> Snapshot:
+    """The snapshot of these rows; entries whose values ``previous`` already holds are reused, not decoded."""
+    known = previous.facts if previous is not None else {}
+    ids = list(map(_ID, facts))
+    entries = dict(zip(ids, map(known.get, ids, repeat(_ABSENT)), strict=True))
+    fresh = list(compress(facts, map(is_not, map(_ENTRY_VALUES, entries.values()), facts)))
+    for values in fresh:
+        entries[values.fact_id] = KnownFact.of(values)
+    if previous is None:
+        owners = {values.content_key: values.fact_id for values in facts}
+    else:
+        owners = dict(previous.owners)
+        for fact_id in known.keys() - entries.keys() | {values.fact_id for values in fresh}:
+            old = known.get(fact_id)
+            if old is not None and owners.get(old.fact.values.content_key) == fact_id:
+                del owners[old.fact.values.content_key]
+        owners.update((values.content_key, values.fact_id) for values in fresh)
+    old_sections = previous.sections if previous is not None else {}
+    known_sections: dict[str, KnownSection] = {}
+    for name, section in sections.items():
+        old_section = old_sections.get(name)
+        if old_section is None or old_section.values is not section:
+            old_section = KnownSection(decode_section(section), section)
+        known_sections[name] = old_section
+    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections)
+
+
+def plan_from_snapshot(
+    incoming: IncomingDocument, snapshot: Snapshot, *, current: int, stored_version: str, max_facts: int
+) -> MergePlan | None:
+    """``plan_merge``'s plan for a document loaded at ``current`` while the store still holds ``snapshot``.
+
+    Unchanged facts cost a lookup each; only changed ones are compared, deduplicated and written.
+    None when the document has made-up ids: one could collide with a tombstone the snapshot omits.
+    """
+    plan = MergePlan(revision=current + 1)
+    if incoming.facts is None:
+        plan.facts = [entry.fact.values for entry in snapshot.facts.values()]
+        plan.positions = list(snapshot.positions.values())
+    elif not _facts_from_snapshot(incoming.facts, snapshot, max_facts, plan):
+        return None
+    stored = {name: StoredSection(known.values, current) for name, known in snapshot.sections.items()}
+    _merge_sections(incoming, stored, current, plan)
+    if incoming.version is not None and incoming.version != stored_version:
+        plan.version = incoming.version
+    return plan
+
+
+def _facts_from_snapshot(
+    facts: list[IncomingFact], snapshot: Snapshot, max_facts: int, plan: MergePlan
+) -> bool:
+    """The fact writes of ``plan_merge`` with ``base == current``: the same rules, applied to the diff.
+
+    Passes over every fact are C-level (map, compress); Python code runs only for changed facts.
+    """
+    if any(map(_GENERATED, facts)):
+        return False
+    known = snapshot.facts
+    stored = list(map(known.get, map(_FACT_ID, facts), repeat(_ABSENT)))
+    changed = list(compress(count(), map(is_not, map(_FACT, stored), facts)))
+    added = [index for index in changed if stored[index] is _ABSENT]
+    edited = [
+        index
+        for index in changed
+        if stored[index] is not _ABSENT and not stored[index].fact.values.same_as(facts[index].values)
+    ]
+    gone: set[str] = set()
+    if len(facts) - len(added) < len(known):  # ids are unique, so some stored fact is missing
+        mentioned = set(map(_FACT_ID, facts))
+        for fact_id, entry in known.items():
+            if fact_id not in mentioned:
+                gone.add(fact_id)
+                _tombstone(fact_id, entry.raw, plan)
+    # As _dedup: unchanged facts claim their content keys first, then edits in order, then adds.
+    gone.update(facts[index].values.fact_id for index in edited)
+    claimed: set[str] = set()
+
+    def taken(key: str) -> bool:
+        owner = snapshot.owners.get(key)
+        return key in claimed or (owner is not None and owner not in gone)
+
+    chosen: set[int] = set()
+    for index in edited:
+        if taken(facts[index].values.content_key):
+            claimed.add(stored[index].fact.values.content_key)
+        else:
+            claimed.add(facts[index].values.content_key)
+            chosen.add(index)
+    for index in added:
+        if not taken(facts[index].values.content_key):
+            claimed.add(facts[index].values.content_key)
+            chosen.add(index)
+    # Unchanged facts carry their stored values; an unchosen edit is undone, an unchosen add dropped.
+    final = list(map(_VALUES, facts))
+    for index in changed:
+        if index not in chosen and stored[index] is not _ABSENT:
+            final[index] = stored[index].fact.values
+    order: Sequence[int] = range(len(facts))
+    dropped = {index for index in added if index not in chosen}
+    if dropped:
+        order = [index for index in order if index not in dropped]
+        final = [final[index] for index in order]
+    if len(final) > max_facts:
+        keep = _most_confident(final, max_facts)
+        for rank, index in enumerate(order):
+            if rank not in keep and stored[index] is not _ABSENT:
+                _tombstone(final[rank].fact_id, stored[index].raw, plan)
+        order = [index for rank, index in enumerate(order) if rank in keep]
+        final = [values for rank, values in enumerate(final) if rank in keep]
+    current = list(map(snapshot.positions.get, map(_ID, final)))
+    plan.facts, plan.positions = final, _assign_positions(current)
+    updates = [index for index in edited if index in chosen]
+    if updates and not isinstance(order, range):
+        rank_of = {index: rank for rank, index in enumerate(order)}
+        updates = [rank_of[index] for index in updates if index in rank_of]
+    for rank in sorted({*compress(count(), map(ne, plan.positions, current)), *updates}):
+        values, position, old = final[rank], plan.positions[rank], current[rank]
+        if old is None:
+            _insert(values, position, plan)
+        elif order[rank] in chosen:
+            _update(values, position, stored[order[rank]].raw, plan)
+        else:
+            plan.moves.append((values.fact_id, position))
+    return True
+
+
+_GENERATED = attrgetter("generated_id")
+_FACT_ID = attrgetter("values.fact_id")
+_FACT = attrgetter("fact")
+_VALUES = attrgetter("values")
+_ID = attrgetter("fact_id")
+_ENTRY_VALUES = attrgetter("fact.values")
+# Stands in for "not in the snapshot", so C-level passes need no None checks.
+_ABSENT = KnownFact(
+    {}, IncomingFact(FactValues("", "", "", 0.0, None, None, None, {}), generated_id=False), ()
+)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -99,7 +100,9 @@ def _fulltext(
         # Same expression as the GIN index, so the planner can use it.
         vector = func.to_tsvector(config, _facts.c.content)
         terms = func.plainto_tsquery(config, bindparam("q", search))
-        rank = func.ts_rank(vector, terms)
+        # Normalisation 1 divides by 1 + log(length): a short exact fact beats a long one that
+        # mentions the word in passing, as with SQLite's bm25.
+        rank = func.ts_rank(vector, terms, 1)
         query = (
             select(*_FACT_COLUMNS, rank.label("rank"))
             .select_from(_LIVE_FACTS)
@@ -127,7 +130,7 @@ def _page(
             content=row.content,
             category=row.category,
             confidence=row.confidence,
-            created_at=row.created_at,
+            created_at=None if row.created_at is None else _aware(row.created_at),
             source=row.source,
             rank=getattr(row, "rank", None),
         )
@@ -160,6 +163,11 @@ def _conditions(where: FactFilter) -> list[ColumnElement[bool]]:
     if where.created_before is not None:
         conditions.append(_facts.c.created_at < where.created_before)
     return conditions
+
+
+def _aware(value: datetime) -> datetime:
+    """SQLite hands back naive datetimes; memstore only ever stores UTC."""
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def memory_stats(engine: Engine) -> MemoryStats:
@@ -216,7 +224,7 @@ def fact_history(engine: Engine, where: FactFilter, *, fact_id: str | None, limi
             user_id=row.user_id,
             agent_name=row.agent_name,
             revision=row.revision,
-            changed_at=row.changed_at,
+            changed_at=_aware(row.changed_at),
             entity=row.entity,
             entity_id=row.entity_id,
             action=row.action,

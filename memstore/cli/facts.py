@@ -1,0 +1,108 @@
+"""``memstore facts list|search``: facts across users and agents, filtered, paged."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import click
+
+from memstore.cli.output import echo_json, echo_table
+from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
+from memstore.records import AgentFilter, iso
+
+_DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
+
+
+def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The filter flags shared by ``list`` and ``search``."""
+    options = [
+        click.option("--user", "user_id", help="Only this user's facts."),
+        click.option("--agent", "agent_name", help="Only this agent's memory."),
+        click.option("--no-agent", is_flag=True, help="Only the users' own memory (no agent)."),
+        click.option("--category", help="Only this category (preference, knowledge, context, ...)."),
+        click.option("--min-confidence", type=float, help="Only facts at or above this confidence (0-1)."),
+        click.option("--text", help="Only facts containing this text (case-insensitive)."),
+        click.option(
+            "--since", type=click.DateTime(_DATE_FORMATS), help="Created at or after (UTC unless given)."
+        ),
+        click.option(
+            "--until", type=click.DateTime(_DATE_FORMATS), help="Created before (UTC unless given)."
+        ),
+        click.option("--limit", default=50, show_default=True, help="Page size (1-1000)."),
+        click.option("--offset", default=0, show_default=True, help="Rows to skip, for paging."),
+        click.option("--json", "as_json", is_flag=True, help="Print the page as JSON."),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+@click.group()
+def facts() -> None:
+    """List or search facts across users and agents."""
+
+
+@facts.command("list")
+@filter_options
+def list_command(limit: int, offset: int, as_json: bool, **filters: Any) -> None:
+    """List facts, newest first."""
+    _print(list_facts(_filter(**filters), limit=limit, offset=offset), as_json=as_json)
+
+
+@facts.command("search")
+@click.argument("query")
+@filter_options
+def search_command(query: str, limit: int, offset: int, as_json: bool, **filters: Any) -> None:
+    """Search facts for QUERY (every word must match), most relevant first.
+
+    QUERY is plain text: quotes, hyphens and words like OR or NOT are matched, never parsed.
+    """
+    _print(search_facts(query, _filter(**filters), limit=limit, offset=offset), as_json=as_json)
+
+
+def _filter(
+    user_id: str | None,
+    agent_name: str | None,
+    no_agent: bool,
+    category: str | None,
+    min_confidence: float | None,
+    text: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> FactFilter:
+    if no_agent and agent_name:
+        raise click.UsageError("--agent and --no-agent exclude each other")
+    agent: AgentFilter = None if no_agent else agent_name if agent_name else ANY_AGENT
+    return FactFilter(
+        user_id=user_id,
+        agent_name=agent,
+        category=category,
+        min_confidence=min_confidence,
+        text=text,
+        created_after=since,
+        created_before=until,
+    )
+
+
+def _print(page: FactPage, *, as_json: bool) -> None:
+    if as_json:
+        echo_json(page.to_json())
+        return
+    rows = [
+        (
+            fact.user_id or "-",
+            fact.agent_name or "-",
+            fact.fact_id,
+            fact.category,
+            fact.confidence,
+            (iso(fact.created_at) or "")[:19],
+            fact.content,
+        )
+        for fact in page.facts
+    ]
+    echo_table(("USER", "AGENT", "ID", "CATEGORY", "CONF", "CREATED", "CONTENT"), rows)
+    shown = f"{page.offset + 1}-{page.offset + len(page.facts)}" if page.facts else "none"
+    note = " (substring matching: no full-text index served this query)"
+    click.echo(f"showing {shown} of {page.total}{note if page.search_mode == 'substring' else ''}")

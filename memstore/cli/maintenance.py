@@ -1,0 +1,57 @@
+"""``memstore erase`` and ``memstore vacuum``: the two commands that delete data."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import click
+
+from memstore.cli.output import echo_counts, echo_json
+from memstore.queries import erase_user
+from memstore.queries import vacuum as vacuum_store
+
+
+@click.command()
+@click.option("--user", "user_id", required=True, help="The user whose memory is erased.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Print the deleted row counts as JSON.")
+def erase(user_id: str, yes: bool, as_json: bool) -> None:
+    """Delete every row of a user: all scopes, facts, summaries and audit history.
+
+    Updates for the user still queued in running gateways are refused when they arrive (SQL
+    provider), so the memory does not come back.
+    """
+    if not yes:
+        if not sys.stdin.isatty():
+            raise click.UsageError("refusing to erase without --yes when not run from a terminal")
+        click.confirm(f"Erase all memory of user {user_id!r}? This cannot be undone", abort=True)
+    counts = erase_user(user_id)
+    if as_json:
+        echo_json({"user": user_id, "deleted": counts})
+    else:
+        echo_counts(f"erased user {user_id}; rows deleted:", counts)
+
+
+@click.command()
+@click.option(
+    "--older-than",
+    "days",
+    required=True,
+    type=click.IntRange(min=0),
+    help="Purge audit history and tombstones older than this many days.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the purged row counts as JSON.")
+def vacuum(days: int, as_json: bool) -> None:
+    """Purge old audit history, tombstones of deleted facts and erasure records.
+
+    Live memory is never touched. A writer holding a document older than the purge can no
+    longer merge it; its save is refused and logged instead of resurrecting purged facts.
+    """
+    counts = vacuum_store(timedelta(days=days))
+    if as_json:
+        echo_json({"older_than_days": days, "purged": counts})
+    elif counts:
+        echo_counts(f"purged rows older than {days} day(s):", counts)
+    else:
+        click.echo("nothing to vacuum: this storage keeps no history or tombstones")

@@ -1,0 +1,53 @@
+"""Shared output for the operator commands: aligned tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+MAX_CELL = 60
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Columns padded by display width, so CJK text (two cells per character) still lines up."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [
+        max([_width(header), *(_width(row[index]) for row in cells)]) for index, header in enumerate(headers)
+    ]
+    for row in [list(headers), *cells]:
+        click.echo("  ".join(_pad(text, width) for text, width in zip(row, widths, strict=True)).rstrip())
+
+
+def echo_counts(title: str, counts: dict[str, int]) -> None:
+    click.echo(title)
+    for name, count in counts.items():
+        click.echo(f"  {name}: {count}")
+
+
+def _cell(value: object) -> str:
+    text = "" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
+    text = " ".join(text.split())
+    if _width(text) <= MAX_CELL:
+        return text
+    kept = ""
+    for char in text:
+        if _width(kept + char) > MAX_CELL - 1:
+            break
+        kept += char
+    return kept + "…"
+
+
+def _width(text: str) -> int:
+    return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
+
+
+def _pad(text: str, width: int) -> str:
+    return text + " " * (width - _width(text))

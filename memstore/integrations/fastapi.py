@@ -1,0 +1,319 @@
+"""The reference's ``/api/memory`` endpoints as an ``APIRouter`` a gateway mounts.
+
+Every endpoint works on the calling user's own memory (agent ``None``). Who the caller is comes
+only from the ``current_user_id`` dependency the gateway passes in, typically its
+authentication; nothing a client sends can pick another user's scope. A fact id that is not in
+the caller's scope is a 404, whoever else owns it.
+
+Handlers are plain functions: FastAPI runs them in its thread pool, so blocking database I/O
+never stalls the event loop.
+"""
+
+# No ``from __future__ import annotations``: FastAPI must evaluate the handlers' annotations,
+# which refer to the factory's local ``Owner``.
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, NoReturn
+
+try:
+    from fastapi import APIRouter, Depends, Query
+    from fastapi.exceptions import HTTPException, RequestValidationError
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
+    raise ImportError("memstore.integrations.fastapi needs FastAPI: pip install 'memstore[server]'") from exc
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memstore.config import get_memory_config
+from memstore.document import MemoryDocument
+from memstore.errors import InvalidScopeError, StorageUnavailableError
+from memstore.facts import (
+    DuplicateFactError,
+    clear_memory_data,
+    create_memory_fact,
+    delete_memory_fact,
+    get_memory_data,
+    import_memory_data,
+    reload_memory_data,
+    search_memory_facts,
+    update_memory_fact,
+)
+
+__all__ = [
+    "ContextSection",
+    "ErrorResponse",
+    "Fact",
+    "FactCreateRequest",
+    "FactPatchRequest",
+    "HistoryContext",
+    "MemoryConfigResponse",
+    "MemoryResponse",
+    "MemoryStatusResponse",
+    "UserContext",
+    "create_memory_router",
+]
+
+
+class ContextSection(BaseModel):
+    # Extra keys are kept so an export imports back without losing anything.
+    model_config = ConfigDict(extra="allow")
+
+    summary: str = ""
+    updatedAt: str = ""
+
+
+class UserContext(BaseModel):
+    workContext: ContextSection = Field(default_factory=ContextSection)
+    personalContext: ContextSection = Field(default_factory=ContextSection)
+    topOfMind: ContextSection = Field(default_factory=ContextSection)
+
+
+class HistoryContext(BaseModel):
+    recentMonths: ContextSection = Field(default_factory=ContextSection)
+    earlierContext: ContextSection = Field(default_factory=ContextSection)
+    longTermBackground: ContextSection = Field(default_factory=ContextSection)
+
+
+class Fact(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    content: str
+    category: str = "context"
+    confidence: float = 0.5
+    createdAt: str = ""
+    source: str = "unknown"
+    sourceError: str | None = None
+
+
+class MemoryResponse(BaseModel):
+    """One user's memory document; also the body of ``POST /import``, which replaces it whole."""
+
+    version: str = "1.0"
+    lastUpdated: str = ""
+    user: UserContext = Field(default_factory=UserContext)
+    history: HistoryContext = Field(default_factory=HistoryContext)
+    facts: list[Fact] = Field(default_factory=list)
+
+
+class FactCreateRequest(BaseModel):
+    content: str = Field(min_length=1)
+    category: str = "context"
+    confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+
+
+class FactPatchRequest(BaseModel):
+    """Omitted fields keep their stored value."""
+
+    content: str | None = Field(default=None, min_length=1)
+    category: str | None = None
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+
+
+class MemoryConfigResponse(BaseModel):
+    """The settings a client may see; URLs, keys and model names stay server-side."""
+
+    enabled: bool
+    storage_path: str
+    debounce_seconds: int
+    max_facts: int
+    fact_confidence_threshold: float
+    injection_enabled: bool
+    max_injection_tokens: int
+    token_counting: str
+    guaranteed_categories: list[str]
+    guaranteed_token_budget: int
+
+
+class MemoryStatusResponse(BaseModel):
+    config: MemoryConfigResponse
+    data: MemoryResponse
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+class ValidationErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """FastAPI's own 422 shape, used for memstore's validation errors too."""
+
+    detail: list[ValidationErrorItem]
+
+
+_UNAVAILABLE = "Memory storage is unavailable; try again later."
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    422: {"model": ValidationErrorResponse, "description": "Invalid input or user id"},
+    503: {"model": ErrorResponse, "description": "The memory database is unreachable or refused the write"},
+}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorResponse, "description": "No fact with this id in the caller's memory"},
+}
+_DUPLICATE: dict[int | str, dict[str, Any]] = {
+    409: {"model": ErrorResponse, "description": "The same content is already stored as another fact"},
+}
+
+
+def _invalid(field: str, message: str) -> NoReturn:
+    raise RequestValidationError([{"loc": ["body", field], "msg": message, "type": "value_error"}])
+
+
+@contextmanager
+def _mapped_errors(fact_id: str | None = None) -> Iterator[None]:
+    """Turn the fact helpers' exceptions into the documented HTTP errors."""
+    try:
+        yield
+    except DuplicateFactError as exc:
+        raise HTTPException(409, str(exc)) from exc
+    except InvalidScopeError as exc:
+        raise RequestValidationError([{"loc": ["user"], "msg": str(exc), "type": "value_error"}]) from exc
+    except KeyError as exc:
+        if fact_id is None or exc.args != (fact_id,):
+            raise
+        raise HTTPException(404, f"Memory fact '{fact_id}' not found.") from exc
+    except ValueError as exc:
+        # The helpers raise ValueError("content") / ValueError("confidence") naming the bad field.
+        if exc.args == ("confidence",):
+            _invalid("confidence", "Invalid confidence value; must be between 0 and 1.")
+        if exc.args == ("content",):
+            _invalid("content", "Memory fact content cannot be empty.")
+        raise
+    except (StorageUnavailableError, OSError) as exc:
+        # OSError: the provider's save returned False (the database refused or was unreachable).
+        raise HTTPException(503, _UNAVAILABLE) from exc
+
+
+def _memory(document: MemoryDocument) -> MemoryResponse:
+    return MemoryResponse.model_validate(document)
+
+
+def _config() -> MemoryConfigResponse:
+    return MemoryConfigResponse.model_validate(get_memory_config().model_dump())
+
+
+def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "/api/memory") -> APIRouter:
+    """The memory endpoints under ``prefix``.
+
+    ``current_user_id`` is a FastAPI dependency (it may itself depend on the request, a token,
+    a session...) returning the caller's memstore user id; see ``memstore.make_safe_user_id``
+    for mapping external identities.
+    """
+    router = APIRouter(prefix=prefix, tags=["memory"])
+    Owner = Annotated[str, Depends(current_user_id)]
+    document_route: dict[str, Any] = {
+        "response_model": MemoryResponse,
+        "response_model_exclude_none": True,
+        "responses": _ERRORS,
+    }
+
+    @router.get("", summary="Get the caller's memory", **document_route)
+    def get_memory(owner: Owner) -> MemoryResponse:
+        with _mapped_errors():
+            return _memory(get_memory_data(user_id=owner))
+
+    @router.post("/reload", summary="Re-read the caller's memory from the database", **document_route)
+    def reload_memory(owner: Owner) -> MemoryResponse:
+        with _mapped_errors():
+            return _memory(reload_memory_data(user_id=owner))
+
+    @router.delete("", summary="Erase the caller's memory", **document_route)
+    def clear_memory(owner: Owner) -> MemoryResponse:
+        with _mapped_errors():
+            return _memory(clear_memory_data(user_id=owner))
+
+    @router.get("/export", summary="Export the caller's memory document", **document_route)
+    def export_memory(owner: Owner) -> MemoryResponse:
+        with _mapped_errors():
+            return _memory(get_memory_data(user_id=owner))
+
+    @router.post("/import", summary="Replace the caller's memory with a document", **document_route)
+    def import_memory(document: MemoryResponse, owner: Owner) -> MemoryResponse:
+        with _mapped_errors():
+            return _memory(import_memory_data(document.model_dump(exclude_none=True), user_id=owner))
+
+    @router.get(
+        "/facts",
+        summary="Search the caller's facts, best match first",
+        response_model=list[Fact],
+        response_model_exclude_none=True,
+        responses=_ERRORS,
+    )
+    def search_facts(
+        owner: Owner,
+        q: Annotated[str, Query(min_length=1, description="Text to look for in fact content")],
+        category: Annotated[str | None, Query(description="Only facts of this category")] = None,
+        limit: Annotated[int, Query(ge=1, le=100)] = 10,
+    ) -> list[Fact]:
+        with _mapped_errors():
+            found = search_memory_facts(q, category, limit, user_id=owner)
+        return [Fact.model_validate(fact) for fact in found]
+
+    @router.post(
+        "/facts",
+        summary="Add a fact to the caller's memory",
+        response_model=MemoryResponse,
+        response_model_exclude_none=True,
+        responses={**_ERRORS, **_DUPLICATE},
+    )
+    def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
+        with _mapped_errors():
+            return _memory(
+                create_memory_fact(request.content, request.category, request.confidence, user_id=owner)
+            )
+
+    @router.patch(
+        "/facts/{fact_id}",
+        summary="Change a fact",
+        response_model=MemoryResponse,
+        response_model_exclude_none=True,
+        responses={**_ERRORS, **_NOT_FOUND, **_DUPLICATE},
+    )
+    def update_fact(fact_id: str, request: FactPatchRequest, owner: Owner) -> MemoryResponse:
+        with _mapped_errors(fact_id):
+            return _memory(
+                update_memory_fact(
+                    fact_id,
+                    content=request.content,
+                    category=request.category,
+                    confidence=request.confidence,
+                    user_id=owner,
+                )
+            )
+
+    @router.delete(
+        "/facts/{fact_id}",
+        summary="Delete a fact",
+        response_model=MemoryResponse,
+        response_model_exclude_none=True,
+        responses={**_ERRORS, **_NOT_FOUND},
+    )
+    def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
+        with _mapped_errors(fact_id):
+            return _memory(delete_memory_fact(fact_id, user_id=owner))
+
+    @router.get(
+        "/config",
+        summary="Memory settings",
+        response_model=MemoryConfigResponse,
+        dependencies=[Depends(current_user_id)],
+    )
+    def memory_config() -> MemoryConfigResponse:
+        return _config()
+
+    @router.get(
+        "/status",
+        summary="Memory settings and the caller's memory",
+        response_model=MemoryStatusResponse,
+        response_model_exclude_none=True,
+        responses=_ERRORS,
+    )
+    def memory_status(owner: Owner) -> MemoryStatusResponse:
+        with _mapped_errors():
+            return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(user_id=owner)))
+
+    return router

@@ -1,0 +1,110 @@
+"""Memory for LangChain v1 agents built with ``create_agent``.
+
+The ``<memory>`` block is added to each model request only (``wrap_model_call``), never to the
+graph state, so it is not checkpointed and never fed back into memory as conversation. After
+the run, ``after_agent`` queues the thread with the user resolved on the request, because the
+queue's worker thread cannot see the run's context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+try:
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ModelCallResult,
+        ModelRequest,
+        ModelResponse,
+    )
+    from langchain_core.messages import AnyMessage, HumanMessage
+    from langgraph.config import get_config
+    from langgraph.runtime import Runtime
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
+    raise ImportError(
+        "memstore.integrations.langchain needs LangChain v1: pip install 'memstore[langchain]'"
+    ) from exc
+
+from memstore.config import MemoryConfig
+from memstore.middleware import MemoryMiddleware
+
+UserResolver = Callable[[Runtime[Any]], str | None]
+"""Maps a run's ``Runtime`` to a memstore user id; ``None`` falls back to ``set_current_user``."""
+
+__all__ = ["LangChainMemoryMiddleware", "UserResolver", "user_id_from_context"]
+
+
+def user_id_from_context(runtime: Runtime[Any]) -> str | None:
+    """``user_id`` of the run's context, whether a mapping (``context={...}``) or an object."""
+    context = runtime.context
+    value = context.get("user_id") if isinstance(context, Mapping) else getattr(context, "user_id", None)
+    return value if isinstance(value, str) and value else None
+
+
+def _thread_id() -> str | None:
+    thread_id = get_config().get("configurable", {}).get("thread_id")
+    return str(thread_id) if thread_id else None
+
+
+def _with_memory(messages: list[AnyMessage], block: str) -> list[AnyMessage]:
+    """Insert the block as user-role context just before the latest user message.
+
+    User role, as in the reference: the memory is user-managed data, not system instructions.
+    """
+    memory = HumanMessage(content=block.strip(), additional_kwargs={"hide_from_ui": True})
+    last_human = max((i for i, message in enumerate(messages) if message.type == "human"), default=0)
+    return [*messages[:last_human], memory, *messages[last_human:]]
+
+
+class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
+    """Pass to ``create_agent(middleware=[...])``; invoke with ``configurable.thread_id`` set.
+
+    The user comes from ``user_resolver(runtime)`` (default: ``runtime.context["user_id"]`` or
+    ``runtime.context.user_id``), else from ``memstore.set_current_user``, else ``"default"``.
+    """
+
+    def __init__(
+        self,
+        agent_name: str | None = None,
+        *,
+        config: MemoryConfig | None = None,
+        user_resolver: UserResolver = user_id_from_context,
+    ) -> None:
+        super().__init__()
+        self._memory = MemoryMiddleware(agent_name, config)
+        self._resolve_user = user_resolver
+
+    def _request_with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        block = self._memory.memory_context(user_id=self._resolve_user(request.runtime))
+        if not block:
+            return request
+        return request.override(messages=_with_memory(request.messages, block))
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelCallResult[Any]:
+        return handler(self._request_with_memory(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        # Loading memory is blocking database I/O: keep it off the event loop.
+        return await handler(await asyncio.to_thread(self._request_with_memory, request))
+
+    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        thread_id = _thread_id()
+        if thread_id:
+            self._memory.after_agent(
+                state["messages"], thread_id=thread_id, user_id=self._resolve_user(runtime)
+            )
+        return None
+
+    async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.after_agent(state, runtime)

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""memstore's benchmark: every scenario's variants measured side by side in one run.
+
+Absolute times drift on shared machines, so each verdict is a ratio between variants of the same
+run (or, for injection, an absolute median). Writes a table to stdout, ``results.json`` and
+``chart.png`` to ``--out``, and with ``--write-docs`` the generated region of docs/performance.md.
+
+    .venv/bin/python scripts/bench.py [--quick | --smoke] [--out DIR] [--write-docs]
+
+PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
+drops its own database there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import bench_concurrency
+import bench_pg
+import bench_report
+import bench_scenarios
+import sqlalchemy
+from bench_core import SQLITE_NORMAL, Result
+from bench_data import use_bench_config
+
+from memstore.storage.sql.engine import dispose_engines, mask_url
+
+ROOT = Path(__file__).resolve().parents[1]
+FULL_SCALE_SCOPES = 100_000
+SCALE_FACTS = 20
+
+
+@dataclass(frozen=True)
+class Mode:
+    loads: int
+    saves: int
+    injections: int
+    scale_scopes: int
+    scale_loads: int
+    concurrent_saves: int
+    concurrent_rounds: int
+    warmup: int
+
+
+MODES = {
+    "full": Mode(2000, 150, 2000, FULL_SCALE_SCOPES, 2000, 300, 4, 50),
+    "quick": Mode(400, 40, 500, 10_000, 400, 80, 2, 20),
+    "smoke": Mode(5, 3, 5, 300, 5, 4, 1, 1),
+}
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="fewer iterations and 10,000 scopes (< 2 minutes)")
+    size.add_argument("--smoke", action="store_true", help="a handful of iterations: checks the harness only")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench", help="where results.json and chart.png go"
+    )
+    parser.add_argument("--work-dir", type=Path, default=None, help="scratch space (default: system temp)")
+    parser.add_argument(
+        "--write-docs", action="store_true", help="refresh the generated region of docs/performance.md"
+    )
+    return parser.parse_args(argv)
+
+
+def _meta(mode_name: str, mode: Mode, pg_server: str | None, pg_version: str | None) -> dict[str, Any]:
+    notes = []
+    if mode.scale_scopes != FULL_SCALE_SCOPES:
+        notes.append(
+            f"{mode_name} mode: the scale scenario used {mode.scale_scopes:,} scopes, "
+            f"not {FULL_SCALE_SCOPES:,}"
+        )
+    if pg_server is None:
+        notes.append(f"PostgreSQL scenarios skipped: {bench_pg.PG_URL_ENV} is not set")
+    return {
+        "mode": mode_name,
+        "iterations": asdict(mode),
+        "generated_at": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "sqlalchemy": sqlalchemy.__version__,
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "postgresql_server": mask_url(pg_server) if pg_server else None,
+        "postgresql_version": pg_version,
+        "notes": notes,
+    }
+
+
+def _stage(name: str, start: float) -> None:
+    print(f"  {name} done at {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def run(mode_name: str, work: Path, pg_server: str | None) -> tuple[list[Result], dict[str, Any]]:
+    mode = MODES[mode_name]
+    use_bench_config(work)
+    start = time.perf_counter()
+    with ExitStack() as stack:
+        pg_url = stack.enter_context(bench_pg.bench_database(pg_server)) if pg_server else None
+        stores = bench_scenarios.open_stores(work, pg_url)
+        stack.callback(stores.raw.close)
+        stack.callback(stores.langgraph.conn.close)
+        pg_version = None
+        if stores.pg_conn is not None:
+            stack.callback(stores.pg_conn.close)
+            pg_version = str(stores.pg_conn.execute("SHOW server_version").fetchone()[0])
+        results = bench_scenarios.load_warm(stores, mode.loads, mode.warmup)
+        results += bench_scenarios.load_cold(stores, mode.loads, mode.warmup)
+        _stage("loads", start)
+        results += bench_scenarios.save_add_one(stores, mode.saves, min(mode.warmup, 3))
+        _stage("saves", start)
+        results += bench_scenarios.inject(mode.injections, mode.warmup)
+        _stage("injection", start)
+        results += bench_scenarios.scale(work, mode.scale_scopes, SCALE_FACTS, mode.scale_loads, mode.warmup)
+        _stage("scale", start)
+        backends = {"sqlite": (f"sqlite:///{work / 'concurrency.db'}", SQLITE_NORMAL)}
+        if pg_url is not None:
+            backends["postgresql"] = (pg_url, stores.pg_durability)
+        results += bench_concurrency.concurrent_saves(
+            backends, work, mode.concurrent_saves, mode.concurrent_rounds
+        )
+        _stage("concurrency", start)
+    dispose_engines()
+    return results, _meta(mode_name, mode, pg_server, pg_version)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
+    pg_server = os.environ.get(bench_pg.PG_URL_ENV) or None
+    print(f"memstore benchmark, {mode_name} mode", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="memstore-bench-", dir=args.work_dir) as work:
+        results, meta = run(mode_name, Path(work), pg_server)
+    meta["wall_seconds"] = round(time.perf_counter() - started, 1)
+    rows = bench_report.verdicts(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    bench_report.write_json(args.out / "results.json", meta, results, rows)
+    title = f"memstore benchmark ({mode_name}, {meta['generated_at']}, {meta['cpus']} CPUs)"
+    bench_report.write_chart(args.out / "chart.png", results, title)
+    notes = "\n".join(f"- {note}" for note in meta["notes"])
+    block = "\n\n".join(
+        part
+        for part in (
+            f"_{title}; wall time {meta['wall_seconds']} s; Python {meta['python']}, "
+            f"SQLite {meta['sqlite']}, PostgreSQL {meta['postgresql_version'] or 'not run'}._",
+            bench_report.verdict_table(rows),
+            bench_report.results_table(results),
+            notes,
+        )
+        if part
+    )
+    print("\n" + block)
+    print(f"\nwrote {args.out / 'results.json'} and {args.out / 'chart.png'}")
+    if args.write_docs:
+        bench_report.write_docs(ROOT / "docs" / "performance.md", block)
+        print("updated docs/performance.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

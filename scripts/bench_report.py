@@ -1,0 +1,212 @@
+"""Targets and verdicts, and the three outputs: a text table, ``results.json`` and a PNG chart."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot loads
+from bench_core import Result
+
+DOCS_BEGIN = "<!-- bench:begin -->"
+DOCS_END = "<!-- bench:end -->"
+
+
+@dataclass(frozen=True)
+class Target:
+    """``scenario/variant`` against ``ref`` (another variant's median, or milliseconds when ``ref`` is None).
+
+    ``limit`` None marks an informational ratio (reported, no verdict). Throughput targets are
+    "at least", latency targets "at most".
+    """
+
+    key: str
+    text: str
+    subject: tuple[str, str]
+    ref: tuple[str, str] | None
+    limit: float | None
+    throughput: bool = False
+
+
+TARGETS = (
+    Target(
+        "warm_load",
+        "warm load ≤ 2× file warm load",
+        ("load_warm_100", "sqlite"),
+        ("load_warm_100", "file"),
+        2,
+    ),
+    Target(
+        "cold_vs_floor",
+        "cold load ≤ 3× raw sqlite3 floor",
+        ("load_cold_100", "sqlite"),
+        ("load_cold_100", "sqlite3_floor"),
+        3,
+    ),
+    Target(
+        "cold_vs_langgraph",
+        "cold load ≤ 1× LangGraph SqliteStore get",
+        ("load_cold_100", "sqlite"),
+        ("load_cold_100", "langgraph_sqlite"),
+        1,
+    ),
+    Target(
+        "save_scaling",
+        "save at 500 facts ≤ 2× save at 10",
+        ("save_add1_500", "sqlite"),
+        ("save_add1_10", "sqlite"),
+        2,
+    ),
+    Target(
+        "save_vs_file",
+        "save at 500 ≤ 0.5× file at 500 (shipped durability: no fsync vs fsync)",
+        ("save_add1_500", "sqlite"),
+        ("save_add1_500", "file"),
+        0.5,
+    ),
+    Target(
+        "save_vs_file_same_durability",
+        "save at 500, both fsync per save (like for like)",
+        ("save_add1_500", "sqlite_sync_full"),
+        ("save_add1_500", "file"),
+        None,
+    ),
+    Target("inject", "injection of 500 facts: median ≤ 1 ms", ("inject_500", "tiktoken"), None, 1),
+    Target(
+        "scale",
+        "cold load in a many-scope file ≤ 1.5× in a 100-scope file",
+        ("scale_cold_load", "many_scopes"),
+        ("scale_cold_load", "100_scopes"),
+        1.5,
+    ),
+    Target(
+        "sqlite_concurrency",
+        "SQLite: 4 processes' throughput / 1 process's (writers serialise)",
+        ("concurrent_saves", "sqlite_4proc"),
+        ("concurrent_saves", "sqlite_1proc"),
+        None,
+        throughput=True,
+    ),
+    Target(
+        "pg_concurrency",
+        "PostgreSQL: 4 processes' throughput ≥ 1.5× 1 process's",
+        ("concurrent_saves", "postgresql_4proc"),
+        ("concurrent_saves", "postgresql_1proc"),
+        1.5,
+        throughput=True,
+    ),
+    Target(
+        "pg_cold_vs_roundtrip",
+        "PostgreSQL cold load ≤ 2× one psycopg round trip (SELECT 1)",
+        ("load_cold_100", "postgresql"),
+        ("load_cold_100", "psycopg_select1"),
+        2,
+    ),
+    Target(
+        "pg_cold_vs_floor",
+        "PostgreSQL cold load vs the same query by hand with psycopg",
+        ("load_cold_100", "postgresql"),
+        ("load_cold_100", "psycopg_floor"),
+        None,
+    ),
+)
+
+
+def _value(result: Result, throughput: bool) -> float:
+    return result.extra["throughput_per_s"] if throughput else result.median
+
+
+def verdicts(results: list[Result]) -> list[dict[str, Any]]:
+    """Every target whose variants ran, with its ratio and verdict ("met", "missed" or "info")."""
+    index = {(r.scenario, r.variant): r for r in results}
+    out: list[dict[str, Any]] = []
+    for target in TARGETS:
+        subject = index.get(target.subject)
+        ref = index.get(target.ref) if target.ref else None
+        if subject is None or (target.ref and ref is None):
+            continue
+        value = _value(subject, target.throughput)
+        ratio = value / _value(ref, target.throughput) if ref else value
+        if target.limit is None:
+            verdict = "info"
+        else:
+            met = ratio >= target.limit if target.throughput else ratio <= target.limit
+            verdict = "met" if met else "missed"
+        out.append(
+            {
+                "target": target.key,
+                "description": target.text,
+                "subject": "/".join(target.subject),
+                "reference": "/".join(target.ref) if target.ref else "absolute (ms)",
+                "ratio": round(ratio, 3),
+                "limit": target.limit,
+                "verdict": verdict,
+            }
+        )
+    return out
+
+
+def results_table(results: list[Result]) -> str:
+    lines = [
+        "| scenario | variant | median ms | p95 ms | n | other | durability |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for r in results:
+        other = ", ".join(f"{key}={value:.4g}" for key, value in r.extra.items())
+        lines.append(
+            f"| {r.scenario} | {r.variant} | {r.median:.3f} | {r.p95:.3f} | {len(r.samples_ms)} "
+            f"| {other} | {r.durability} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| target | ratio | limit | verdict |", "|---|---:|---:|---|"]
+    for row in rows:
+        unit = " ms" if row["reference"] == "absolute (ms)" else "×"
+        limit = "—" if row["limit"] is None else f"{row['limit']:g}{unit}"
+        lines.append(f"| {row['description']} | {row['ratio']:.2f}{unit} | {limit} | {row['verdict']} |")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, meta: dict[str, Any], results: list[Result], rows: list[dict[str, Any]]) -> None:
+    payload = {"meta": meta, "results": [r.as_json() for r in results], "ratios": rows}
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_chart(path: Path, results: list[Result], title: str) -> None:
+    """One panel per scenario: median bars with a p95 whisker, each panel on its own scale."""
+    scenarios = list(dict.fromkeys(r.scenario for r in results))
+    columns = 3
+    rows = math.ceil(len(scenarios) / columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(15, 4.2 * rows), squeeze=False)
+    for axis, scenario in zip(axes.flat, scenarios, strict=False):
+        group = [r for r in results if r.scenario == scenario]
+        medians = [r.median for r in group]
+        whiskers = [[0.0] * len(group), [r.p95 - r.median for r in group]]
+        axis.bar(range(len(group)), medians, yerr=whiskers, capsize=4, color="#4c72b0")
+        axis.set_xticks(range(len(group)), [r.variant for r in group], rotation=30, ha="right", fontsize=8)
+        axis.set_title(scenario, fontsize=10)
+        axis.set_ylabel("ms (median, whisker p95)", fontsize=8)
+    for axis in list(axes.flat)[len(scenarios) :]:
+        axis.set_visible(False)
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=80, metadata={"Software": None})
+    plt.close(figure)
+
+
+def write_docs(path: Path, block: str) -> None:
+    """Replace what lies between the bench markers in ``path``; the prose around it is left alone."""
+    text = path.read_text(encoding="utf-8")
+    head, found, rest = text.partition(DOCS_BEGIN)
+    _, found_end, tail = rest.partition(DOCS_END)
+    if not found or not found_end:
+        raise SystemExit(f"{path} lacks the {DOCS_BEGIN} ... {DOCS_END} markers")
+    path.write_text(f"{head}{DOCS_BEGIN}\n{block}\n{DOCS_END}{tail}", encoding="utf-8")

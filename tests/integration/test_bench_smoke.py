@@ -1,0 +1,93 @@
+"""``scripts/bench.py --smoke`` end to end: the outputs are complete. Timings are never asserted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SQLITE_VARIANTS = {
+    "load_warm_100": {"sqlite", "file"},
+    "load_cold_100": {"sqlite", "sqlite3_floor", "langgraph_sqlite", "file"},
+    **{
+        f"save_add1_{size}": {"sqlite", "sqlite_sync_full", "file", "langgraph_sqlite"}
+        for size in (10, 100, 500)
+    },
+    "inject_500": {"tiktoken", "tiktoken_uncached", "char_estimate"},
+    "scale_cold_load": {"100_scopes", "many_scopes"},
+    "concurrent_saves": {"sqlite_1proc", "sqlite_4proc"},
+}
+PG_VARIANTS = {
+    "load_warm_100": {"postgresql"},
+    "load_cold_100": {"postgresql", "psycopg_floor", "psycopg_select1"},
+    **{f"save_add1_{size}": {"postgresql"} for size in (10, 100, 500)},
+    "concurrent_saves": {"postgresql_1proc", "postgresql_4proc"},
+}
+SQLITE_TARGETS = {
+    "warm_load",
+    "cold_vs_floor",
+    "cold_vs_langgraph",
+    "save_scaling",
+    "save_vs_file",
+    "save_vs_file_same_durability",
+    "inject",
+    "scale",
+    "sqlite_concurrency",
+}
+PG_TARGETS = {"pg_concurrency", "pg_cold_vs_roundtrip", "pg_cold_vs_floor"}
+
+
+def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMSTORE_")}
+    # Reuse the test suite's server, so the PostgreSQL half of the harness is exercised too.
+    pg_server = os.environ.get("MEMSTORE_TEST_PG_URL")
+    if pg_server:
+        env["MEMSTORE_BENCH_PG_URL"] = pg_server
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke", "--out", str(tmp_path)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    payload = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+
+    expected = {scenario: set(variants) for scenario, variants in SQLITE_VARIANTS.items()}
+    targets = set(SQLITE_TARGETS)
+    if pg_server:
+        for scenario, variants in PG_VARIANTS.items():
+            expected[scenario] |= variants
+        targets |= PG_TARGETS
+    else:
+        assert "PostgreSQL scenarios skipped" in result.stdout
+    seen: dict[str, set[str]] = {}
+    for row in payload["results"]:
+        seen.setdefault(row["scenario"], set()).add(row["variant"])
+        assert isinstance(row["median_ms"], float | int) and isinstance(row["p95_ms"], float | int)
+        assert row["p95_ms"] >= row["median_ms"] >= 0
+        assert row["durability"]
+    assert seen == expected
+    ratios = {row["target"]: row for row in payload["ratios"]}
+    assert set(ratios) == targets
+    for row in ratios.values():
+        assert isinstance(row["ratio"], float | int) and row["ratio"] > 0
+        assert row["verdict"] in {"met", "missed", "info"}
+    assert "smoke mode: the scale scenario used" in result.stdout
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+
+def test_quick_and_smoke_are_exclusive() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--smoke"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2 and "not allowed with" in result.stderr

@@ -1,0 +1,264 @@
+"""Erasure, clearing, vacuum and the audit trail on SQLite and PostgreSQL.
+
+The erase tests look at every table (SQLite's FTS shadow tables included) for any trace of
+the erased user, and run a queued update through the real queue, updater and openai client
+to show a late write cannot bring the user back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+from sqlalchemy import inspect, text
+
+from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
+from memstore.document import create_empty_memory
+from memstore.facts import clear_memory_data, create_memory_fact, import_memory_data, update_memory_fact
+from memstore.middleware import MemoryMiddleware
+from memstore.queries import FactFilter, erase_user, memory_history, vacuum
+from memstore.queue import get_memory_queue, reset_memory_queue
+from memstore.storage.loader import get_memory_storage, reset_memory_storage
+from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.engine import get_engine
+from tests.support.openai_server import OpenAIStubServer
+
+SECRET = "zebra-orchid-4711"  # appears only in alice's memory
+
+
+def _reply(content: str) -> str:
+    update = {"user": {}, "history": {}, "newFacts": [{"content": content, "confidence": 0.9}]}
+    return json.dumps(update)
+
+
+def _configure(url: str, tmp_path: Path, llm_base_url: str) -> Iterator[MemoryConfig]:
+    config = MemoryConfig(
+        data_dir=str(tmp_path / "data"),
+        storage_class=SQL_STORAGE_CLASS,
+        database_url=url,
+        llm_base_url=llm_base_url,
+        llm_api_key=SecretStr("test-key"),
+        model_name="test-model",
+        debounce_seconds=30,
+    )
+    set_memory_config(config)
+    reset_memory_storage()
+    reset_memory_queue()
+    yield config
+    reset_memory_queue()
+    reset_memory_storage()
+
+
+@pytest.fixture
+def config(sql_url: str, tmp_path: Path, openai_server: OpenAIStubServer) -> Iterator[MemoryConfig]:
+    yield from _configure(sql_url, tmp_path, openai_server.base_url)
+
+
+@pytest.fixture
+def sqlite_config(sqlite_url: str, tmp_path: Path, openai_server: OpenAIStubServer) -> Iterator[MemoryConfig]:
+    yield from _configure(sqlite_url, tmp_path, openai_server.base_url)
+
+
+def _seed(storage: SqlMemoryStorage) -> None:
+    for user, agent in (("alice", None), ("alice", "coder"), ("bob", None)):
+        document = create_empty_memory()
+        marker = SECRET if user == "alice" else "bob-marker"
+        document["user"]["workContext"]["summary"] = f"{user} works with {marker}"
+        document["facts"] = [
+            {"id": f"{user}-{agent}-{i}", "content": f"{user} fact {i} {marker}", "category": "context"}
+            for i in range(3)
+        ]
+        assert storage.save(document, agent, user_id=user, origin="seed")
+    # An update and a delete, so history holds before/after values and facts hold tombstones.
+    document = storage.load(user_id="alice")
+    document["facts"][0]["content"] = f"alice changed {SECRET}"
+    document["facts"].pop()
+    assert storage.save(document, user_id="alice", origin="edit")
+
+
+def _rows_mentioning(url: str, needles: tuple[str, ...]) -> dict[str, int]:
+    """Rows per table whose any column (text, JSON or bytes) contains one of ``needles``."""
+    engine = get_engine(url)
+    found: dict[str, int] = {}
+    with engine.connect() as conn:
+        names = inspect(conn).get_table_names()
+        if engine.dialect.name == "sqlite":
+            names = [
+                row[0] for row in conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type='table'")
+            ]
+        for name in names:
+            for row in conn.execute(text(f'SELECT * FROM "{name}"')):
+                cells = [
+                    c.decode("utf-8", "replace") if isinstance(c, bytes) else json.dumps(c, default=str)
+                    for c in row
+                ]
+                if any(needle in cell for cell in cells for needle in needles):
+                    found[name] = found.get(name, 0) + 1
+    return found
+
+
+def test_erase_removes_every_row_of_the_user_and_keeps_others(config: MemoryConfig, sql_url: str) -> None:
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    before = _rows_mentioning(sql_url, ("alice", SECRET))
+    assert before.get("memory_facts") and before.get("memory_history") and before.get("memory_scopes")
+
+    counts = erase_user("alice", storage=storage)
+
+    assert counts["memory_scopes"] == 2
+    assert counts["memory_facts"] == 6  # 5 live + 1 tombstone
+    assert counts["memory_sections"] == 2
+    assert counts["memory_history"] == before["memory_history"]
+    assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}
+    bob = storage.reload(user_id="bob")
+    assert [f["id"] for f in bob["facts"]] == ["bob-None-0", "bob-None-1", "bob-None-2"]
+    assert storage.load(user_id="alice")["facts"] == []
+
+
+def test_erased_text_is_gone_from_the_sqlite_file(sqlite_config: MemoryConfig, sqlite_url: str) -> None:
+    """secure_delete and an FTS merge leave no copy in free pages or old index segments."""
+    sql_url = sqlite_url
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    for user in ("alice", "bob"):  # interleaved pages, so freed space sits next to live rows
+        document = storage.load(agent_name="notes", user_id=user)
+        marker = SECRET if user == "alice" else "bob-marker"
+        document["facts"] = [{"id": f"n{i}", "content": f"note {i} {marker} " * 5} for i in range(200)]
+        assert storage.save(document, "notes", user_id=user)
+    erase_user("alice", storage=storage)
+    with get_engine(sql_url).connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert SECRET.encode() not in Path(sql_url.removeprefix("sqlite:///")).read_bytes()
+
+
+def test_a_queued_update_processed_after_erase_does_not_recreate_the_user(
+    config: MemoryConfig, sql_url: str, openai_server: OpenAIStubServer
+) -> None:
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    openai_server.default_reply = _reply(f"alice loves {SECRET}")
+    middleware = MemoryMiddleware()
+    thread = [{"role": "user", "content": f"I love {SECRET}"}, {"role": "assistant", "content": "Noted."}]
+    middleware.after_agent(thread, thread_id="t-late", user_id="alice")
+    assert get_memory_queue().pending_count == 1
+
+    erase_user("alice", storage=storage)
+    get_memory_queue().flush()
+
+    assert len(openai_server.requests) == 1  # the update ran; its save was refused
+    assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}
+
+    # A conversation captured after the erase is new memory and is kept.
+    openai_server.default_reply = _reply("alice starts over")
+    middleware.after_agent(thread, thread_id="t-new", user_id="alice")
+    get_memory_queue().flush()
+    assert [f["content"] for f in storage.reload(user_id="alice")["facts"]] == ["alice starts over"]
+
+
+def test_an_in_flight_update_loaded_before_erase_is_dropped(config: MemoryConfig, sql_url: str) -> None:
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    in_flight = storage.load(user_id="alice")
+    erase_user("alice", storage=SqlMemoryStorage(sql_url))  # another process
+    in_flight["facts"].append({"id": "new", "content": f"late {SECRET}", "category": "context"})
+    assert storage.save(in_flight, user_id="alice")  # dropped, logged, not an error
+    assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}
+
+
+def test_clear_fences_updates_captured_before_it(config: MemoryConfig) -> None:
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    captured = datetime.now(UTC)
+    clear_memory_data(user_id="alice")
+    stale = create_empty_memory()
+    stale["facts"] = [{"id": "x", "content": "from before the clear", "category": "context"}]
+    assert storage.save(stale, user_id="alice", captured_at=captured)
+    assert storage.reload(user_id="alice")["facts"] == []
+    assert storage.save(stale, user_id="alice", captured_at=datetime.now(UTC))
+    assert [f["id"] for f in storage.reload(user_id="alice")["facts"]] == ["x"]
+
+
+def test_history_records_origin_before_and_after(config: MemoryConfig) -> None:
+    created = create_memory_fact("Alice uses Postgres", user_id="alice")
+    fact_id = created["facts"][0]["id"]
+    update_memory_fact(fact_id, content="Alice uses SQLite", user_id="alice")
+    import_memory_data(
+        create_empty_memory() | {"facts": [{"id": "i1", "content": "imported"}]}, user_id="alice"
+    )
+    clear_memory_data(user_id="alice")
+
+    entries = memory_history(FactFilter(user_id="alice"))
+    fact_rows = [(e.entity_id, e.action, e.origin) for e in entries if e.entity == "fact"]
+    assert fact_rows == [
+        (fact_id, "insert", "manual"),
+        (fact_id, "update", "manual"),
+        (fact_id, "delete", "import"),
+        ("i1", "insert", "import"),
+        ("i1", "delete", "erase"),
+    ]
+    update = next(e for e in entries if e.action == "update")
+    assert update.before is not None and update.after is not None
+    assert (update.before["content"], update.after["content"]) == ("Alice uses Postgres", "Alice uses SQLite")
+    assert all(e.user_id == "alice" and e.changed_at.tzinfo is not None for e in entries)
+    assert [e.entity_id for e in memory_history(FactFilter(user_id="alice"), fact_id="i1")] == ["i1", "i1"]
+    revisions = [e.revision for e in entries]
+    assert revisions == sorted(revisions)
+
+
+def test_vacuum_purges_old_history_and_tombstones_and_fences_older_documents(
+    config: MemoryConfig, sql_url: str
+) -> None:
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    stale = storage.load(user_id="alice")  # holds fact 1 and 2; fact 2's delete comes next
+    current = storage.load(user_id="alice")
+    current["facts"].pop()
+    assert storage.save(current, user_id="alice")
+
+    assert vacuum(timedelta(days=1), storage=storage) == {
+        "memory_facts": 0,
+        "memory_history": 0,
+        "memory_erasures": 0,
+    }
+    purged = vacuum(timedelta(0), storage=storage)
+    assert purged["memory_facts"] == 2  # the two tombstones
+    assert purged["memory_history"] > 0
+    with get_engine(sql_url).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM memory_history")).scalar_one() == 0
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM memory_facts WHERE deleted_revision IS NOT NULL")
+            ).scalar_one()
+            == 0
+        )
+
+    live = [f["id"] for f in storage.reload(user_id="alice")["facts"]]
+    assert len(live) == 1
+    # The stale document still holds the purged fact: merging it would resurrect it.
+    assert storage.save(stale, user_id="alice")
+    assert [f["id"] for f in storage.reload(user_id="alice")["facts"]] == live
+    # A document loaded now merges normally.
+    fresh = storage.load(user_id="alice")
+    fresh["facts"].append({"id": "after", "content": "after vacuum", "category": "context"})
+    assert storage.save(fresh, user_id="alice")
+    assert [f["id"] for f in storage.reload(user_id="alice")["facts"]] == [*live, "after"]
+
+
+def test_erase_and_vacuum_refuse_bad_input(config: MemoryConfig) -> None:
+    from memstore.errors import InvalidScopeError
+    from memstore.queries import QueryError
+
+    with pytest.raises(InvalidScopeError):
+        erase_user("alice'; DROP TABLE memory_scopes; --")
+    with pytest.raises(QueryError):
+        vacuum(timedelta(days=-1))

@@ -1,0 +1,89 @@
+"""Fixtures for the reliability suite: real databases, the stub LLM, and a figures recorder.
+
+Set ``MEMSTORE_RELIABILITY_REPORT=path.jsonl`` to have every test append what it tried and
+what was lost; docs/reliability.md is written from such a run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memstore.config import MemoryConfig, set_memory_config
+from memstore.queue import reset_memory_queue
+from memstore.storage.loader import reset_memory_storage
+from memstore.storage.sql.engine import dispose_engines
+from memstore.storage.sql.migrate import upgrade
+from tests.support.openai_server import OpenAIStubServer
+
+REPORT_ENV = "MEMSTORE_RELIABILITY_REPORT"
+
+Record = Callable[..., None]
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Record:
+    """``record(tried=..., lost=..., **details)``: print the figures and append them to the report."""
+
+    def emit(**figures: Any) -> None:
+        line = {"test": request.node.nodeid, **figures}
+        print(json.dumps(line, sort_keys=True))
+        path = os.environ.get(REPORT_ENV)
+        if path:
+            with open(path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(line, sort_keys=True) + "\n")
+
+    return emit
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    yield f"sqlite:///{tmp_path / 'memory.db'}"
+    dispose_engines()
+
+
+@pytest.fixture
+def postgres_url(pg_url: str) -> Iterator[str]:
+    upgrade(pg_url)
+    yield pg_url
+    dispose_engines()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def sql_url(request: pytest.FixtureRequest) -> str:
+    """A fresh database URL per SQL dialect (SQLite migrates itself on first use)."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
+
+
+def configure(**values: Any) -> MemoryConfig:
+    """Install a config as the process-wide one and drop the storage built from the previous one."""
+    config = MemoryConfig(**values)
+    set_memory_config(config)
+    reset_memory_storage()
+    return config
+
+
+def llm_settings(server: OpenAIStubServer) -> dict[str, Any]:
+    return {
+        "extractor": "llm",
+        "llm_base_url": server.base_url,
+        "model_name": "stub-model",
+        "llm_timeout_seconds": 30.0,
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_process_queue() -> Iterator[None]:
+    reset_memory_queue()
+    yield
+    reset_memory_queue()

@@ -1,0 +1,194 @@
+"""Scope isolation under random operation sequences, and hostile ids, on every provider.
+
+Every fact's content names the scope it was written to, so a read that returns another
+scope's data is caught at once; a model of what each scope should hold catches lost or
+leaked writes. Ids go through the public helpers, so the checks cover the whole path.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from memstore.config import FILE_STORAGE_CLASS
+from memstore.document import create_empty_memory
+from memstore.errors import InvalidScopeError
+from memstore.facts import (
+    clear_memory_data,
+    create_memory_fact_with_created_fact,
+    delete_memory_fact,
+    get_memory_data,
+    search_memory_facts,
+)
+from memstore.scope import USER_ID_PATTERN
+from memstore.storage.file import FileMemoryStorage
+from memstore.storage.loader import get_memory_storage
+from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.engine import get_engine
+from tests.reliability.conftest import Record, configure
+
+EXAMPLES = settings(
+    max_examples=25,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+USERS = [None, "alice", "bob", "Alice"]
+AGENTS = [None, "coder", "Coder-2"]
+SCOPES = list(itertools.product(USERS, AGENTS))
+_run = itertools.count()
+
+operation = st.tuples(
+    st.sampled_from(["add", "add", "add", "delete", "clear", "search"]),
+    st.integers(0, len(SCOPES) - 1),
+    st.integers(0, len(SCOPES) - 1),
+)
+SQL_SHAPED = [
+    "x'; DROP TABLE memory_facts;--",
+    "alice' OR '1'='1",
+    'bob"; DELETE FROM memory_scopes; --',
+    "%",
+    "_%_",
+    "u\x00",
+    "ünïcødé",
+    "用户",
+    "a" * 129,
+    "",
+    " alice",
+    "alice\n",
+]
+TRAVERSAL = [
+    "..",
+    "../alice",
+    "../../etc/passwd",
+    "a/b",
+    "a\\b",
+    "/abs",
+    ".",
+    "~root",
+    "alice/../bob",
+    "%2e%2e",
+]
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("file", id="file"),
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "file":
+        configure(storage_class=FILE_STORAGE_CLASS, data_dir=str(tmp_path / "files"), max_facts=500)
+    else:
+        url = str(request.getfixturevalue(f"{request.param}_url"))
+        configure(database_url=url, max_facts=500)
+    yield request.param
+
+
+def tag(run: int, scope: tuple[str | None, str | None]) -> str:
+    user, agent = scope
+    return f"r{run} {user}/{(agent or '-').lower()}"
+
+
+def test_random_operations_never_show_one_scope_another_scopes_data(provider: str, record: Record) -> None:
+    counts = {"examples": 0, "operations": 0}
+
+    @EXAMPLES
+    @given(st.lists(operation, min_size=1, max_size=25))
+    def run(ops: list[tuple[str, int, int]]) -> None:
+        run = next(_run)
+        scopes = [(None if u is None else f"r{run}{u}", a) for u, a in SCOPES]
+        for user, agent in scopes:
+            if user is None:
+                clear_memory_data(agent, user_id=None)  # global scopes are shared between examples
+        model: dict[tuple[str | None, str | None], dict[str, str]] = {}
+        for step, (kind, target, probe) in enumerate(ops):
+            user, agent = scopes[target]
+            key = (user, agent.lower() if agent else None)
+            facts = model.setdefault(key, {})
+            if kind == "add":
+                content = f"{tag(run, key)} n{step}"
+                _, created = create_memory_fact_with_created_fact(
+                    content, "context", 0.9, agent, user_id=user
+                )
+                facts[str(created["id"])] = content
+            elif kind == "delete" and facts:
+                fact_id = sorted(facts)[0]
+                delete_memory_fact(fact_id, agent, user_id=user)
+                del facts[fact_id]
+            elif kind == "clear":
+                clear_memory_data(agent, user_id=user)
+                facts.clear()
+            elif kind == "search":
+                found = search_memory_facts(f"r{run} ", agent_name=agent, user_id=user, limit=100)
+                assert {f["content"] for f in found} == set(facts.values())
+            probe_user, probe_agent = scopes[probe]
+            probe_key = (probe_user, probe_agent.lower() if probe_agent else None)
+            contents = {f["content"] for f in get_memory_data(probe_agent, user_id=probe_user)["facts"]}
+            assert all(c.startswith(tag(run, probe_key) + " ") for c in contents), f"leak into {probe_key}"
+            assert contents == set(model.get(probe_key, {}).values())
+        counts["examples"] += 1
+        counts["operations"] += len(ops)
+
+    run()
+    record(provider=provider, scopes=len(SCOPES), **counts, leaks=0)
+
+
+@EXAMPLES
+@given(st.sampled_from(SQL_SHAPED) | st.text(max_size=20))
+def test_hostile_user_ids_are_stored_literally_or_rejected_clearly(
+    provider: str, tmp_path: Path, user_id: str
+) -> None:
+    storage = get_memory_storage()
+    document = create_empty_memory()
+    document["facts"] = [
+        {"id": "fact_00000001", "content": f"owned by {user_id!r}", "category": "context", "confidence": 0.9}
+    ]
+    if not USER_ID_PATTERN.fullmatch(user_id):
+        with pytest.raises(InvalidScopeError, match="Invalid user_id"):
+            storage.save(document, user_id=user_id)
+        with pytest.raises(InvalidScopeError, match="Invalid user_id"):
+            storage.load(user_id=user_id)
+        return
+    assert storage.save(document, user_id=user_id)
+    assert [f["content"] for f in storage.load(user_id=user_id)["facts"]] == [f"owned by {user_id!r}"]
+    if isinstance(storage, SqlMemoryStorage):
+        with get_engine(storage._url).connect() as conn:
+            stored = conn.execute(
+                text("SELECT user_id FROM memory_scopes WHERE user_id = :u"), {"u": user_id}
+            )
+            assert [row[0] for row in stored] == [user_id]
+
+
+@pytest.mark.parametrize("bad", TRAVERSAL)
+@pytest.mark.parametrize("part", ["user_id", "agent_name"])
+def test_path_traversal_ids_are_rejected_by_the_file_provider(tmp_path: Path, bad: str, part: str) -> None:
+    storage = FileMemoryStorage(tmp_path / "store")
+    scope: dict[str, Any] = {"user_id": "alice", "agent_name": None, part: bad}
+    with pytest.raises(InvalidScopeError):
+        storage.save(create_empty_memory(), scope["agent_name"], user_id=scope["user_id"])
+    with pytest.raises(InvalidScopeError):
+        storage.load(scope["agent_name"], user_id=scope["user_id"])
+    assert list(tmp_path.rglob("*")) == []
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=st.text(max_size=12), agent=st.none() | st.text(max_size=12))
+def test_every_accepted_file_scope_stays_inside_the_data_directory(
+    tmp_path: Path, user: str, agent: str | None
+) -> None:
+    storage = FileMemoryStorage(tmp_path / "store")
+    try:
+        path = storage.path_for(agent, user_id=user)
+    except InvalidScopeError:
+        return
+    assert path.resolve().is_relative_to((tmp_path / "store").resolve())
