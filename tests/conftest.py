@@ -9,6 +9,8 @@ import pytest
 
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.storage.loader import reset_memory_storage
+from memstore.storage.sql.engine import dispose_engines
+from memstore.storage.sql.migrate import upgrade
 from tests.support.openai_server import OpenAIStubServer, RunningServer
 from tests.support.postgres import fresh_database, server_url_or_skip
 
@@ -42,3 +44,30 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
     """A brand-new PostgreSQL database for one test, dropped afterwards."""
     with fresh_database(pg_server_url) as url:
         yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> Iterator[str]:
+    """A real SQLite file; the first storage built on it migrates it (the embedded default)."""
+    yield f"sqlite:///{tmp_path / 'memory.db'}"
+    dispose_engines()
+
+
+@pytest.fixture
+def postgres_url(pg_url: str) -> Iterator[str]:
+    """A fresh PostgreSQL database migrated to head the way a DBA does (``memstore db upgrade``)."""
+    upgrade(pg_url)
+    yield pg_url
+    # Close our pools before the fixture drops the database.
+    dispose_engines()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgresql", marks=pytest.mark.postgres),
+    ]
+)
+def sql_url(request: pytest.FixtureRequest) -> str:
+    """A fresh, migrated database URL, once per SQL dialect."""
+    return str(request.getfixturevalue(f"{request.param}_url"))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,25 +19,12 @@ from memstore.queue import get_memory_queue, reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.tokens import count_tokens
 from tests.support.openai_server import OpenAIStubServer
-
-REMEMBER = re.compile(r"Remember: ([^.<&]+)\.")
+from tests.support.remember_llm import remember_reply
 
 
 def _reply_from_prompt(body: dict[str, Any]) -> str:
-    """Extract every "Remember: X." from the prompt's conversation, as an LLM would."""
-    prompt = "\n".join(str(m.get("content", "")) for m in body["messages"])
-    conversation = prompt.split("<conversation>", 1)[-1]
-    facts = [
-        {"content": text.strip(), "category": "context", "confidence": 0.9}
-        for text in REMEMBER.findall(conversation)
-    ]
-    update = {
-        "user": {"workContext": {"summary": "", "shouldUpdate": False}},
-        "history": {},
-        "newFacts": facts,
-        "factsToRemove": [],
-    }
-    return "Here is the update:\n```json\n" + json.dumps(update) + "\n```"
+    """The "Remember: X." sentences as new facts, wrapped in prose and a fence as chat models do."""
+    return "Here is the update:\n```json\n" + remember_reply(body) + "\n```"
 
 
 @pytest.fixture(params=["file", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

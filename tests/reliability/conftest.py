@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,8 +16,6 @@ import pytest
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.queue import reset_memory_queue
 from memstore.storage.loader import reset_memory_storage
-from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.migrate import upgrade
 from tests.support.openai_server import OpenAIStubServer
 
 REPORT_ENV = "MEMSTORE_RELIABILITY_REPORT"
@@ -39,30 +36,6 @@ def record(request: pytest.FixtureRequest) -> Record:
                 handle.write(json.dumps(line, sort_keys=True) + "\n")
 
     return emit
-
-
-@pytest.fixture
-def sqlite_url(tmp_path: Path) -> Iterator[str]:
-    yield f"sqlite:///{tmp_path / 'memory.db'}"
-    dispose_engines()
-
-
-@pytest.fixture
-def postgres_url(pg_url: str) -> Iterator[str]:
-    upgrade(pg_url)
-    yield pg_url
-    dispose_engines()
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgres", id="postgresql", marks=pytest.mark.postgres),
-    ]
-)
-def sql_url(request: pytest.FixtureRequest) -> str:
-    """A fresh database URL per SQL dialect (SQLite migrates itself on first use)."""
-    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
 def configure(**values: Any) -> MemoryConfig:

@@ -357,8 +357,15 @@ class SqlMemoryStorage(MemoryStorage):
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
 
-    def _unavailable(self, exc: DBAPIError) -> StorageUnavailableError:
-        return StorageUnavailableError(f"cannot read memory from {self.url}: {self._describe(exc)}")
+    def _unavailable(self, exc: Exception, doing: str = "read memory") -> StorageUnavailableError:
+        return StorageUnavailableError(f"cannot {doing} at {self.url}: {self._describe(exc)}")
+
+    def _write_failed(self, exc: Exception, scope: Scope, doing: str) -> bool:
+        """Log a failed write; an outage is raised so callers retry, anything else is ``False``."""
+        logger.error("failed to %s for scope %s at %s: %s", doing, scope, self.url, self._describe(exc))
+        if _is_outage(exc):
+            raise self._unavailable(exc, doing) from exc
+        return False
 
     def save(
         self,
@@ -395,12 +402,7 @@ class SqlMemoryStorage(MemoryStorage):
                 cached=cached,
             )
         except (SQLAlchemyError, UnicodeError) as exc:
-            logger.error("failed to save memory for scope %s to %s: %s", scope, self.url, self._describe(exc))
-            if _is_outage(exc):
-                raise StorageUnavailableError(
-                    f"cannot save memory to {self.url}: {self._describe(exc)}"
-                ) from exc
-            return False
+            return self._write_failed(exc, scope, "save memory")
         if saved is not None:
             with self._lock:
                 self._cache[scope] = saved
@@ -450,14 +452,7 @@ class SqlMemoryStorage(MemoryStorage):
         try:
             self._write(scope, parse_document(create_empty_memory()), CLEAR_ORIGIN, clear=True)
         except SQLAlchemyError as exc:
-            logger.error(
-                "failed to clear memory for scope %s in %s: %s", scope, self.url, self._describe(exc)
-            )
-            if _is_outage(exc):
-                raise StorageUnavailableError(
-                    f"cannot clear memory in {self.url}: {self._describe(exc)}"
-                ) from exc
-            return False
+            return self._write_failed(exc, scope, "clear memory")
         with self._lock:
             self._cache.pop(scope, None)
         return True
