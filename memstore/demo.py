@@ -13,11 +13,11 @@ from importlib import resources
 from typing import Any
 
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.memory_view import memory_lines
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.middleware import MemoryMiddleware
+from memstore.ops.view import memory_lines
 from memstore.queue import get_memory_queue
 from memstore.storage.loader import get_memory_storage
-from memstore.updater import describe_extractor
+from memstore.update.extractor import describe_extractor
 
 Echo = Callable[[str], None]
 

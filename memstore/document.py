@@ -15,6 +15,8 @@ USER_SECTIONS = ("workContext", "personalContext", "topOfMind")
 HISTORY_SECTIONS = ("recentMonths", "earlierContext", "longTermBackground")
 SECTION_GROUPS: dict[str, tuple[str, ...]] = {"user": USER_SECTIONS, "history": HISTORY_SECTIONS}
 FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "correction")
+DEFAULT_CATEGORY = "context"
+"""The category of a fact that names none (an LLM that omits it, a manual fact, an old document)."""
 
 
 def utc_now_iso_z() -> str:
@@ -27,6 +29,15 @@ def format_timestamp(value: datetime) -> str:
     if value.tzinfo is None:  # SQLite hands back naive datetimes; we only ever store UTC.
         value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """``value`` as an aware UTC datetime: SQLite hands back naive ones, and we only ever store UTC."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def parse_timestamp(raw: object) -> datetime | None:

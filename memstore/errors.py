@@ -1,17 +1,109 @@
-"""Exception types that callers are expected to catch by name."""
+"""Every exception memstore raises on purpose, in one place, grouped by the stage that raises it.
+
+Callers catch them by type, never by message text or ``args``: the HTTP router, the agent tools
+and the CLI each map them in a single function. Where an error used to be a builtin
+(``KeyError``, ``ValueError``, ``OSError``), it still subclasses that builtin so existing
+``except`` clauses keep working.
+"""
+
+from __future__ import annotations
 
 
 class MemstoreError(Exception):
     """Base class so a gateway can catch every memstore failure in one clause."""
 
 
+# -- configuration and scope ---------------------------------------------------------------
+
+
 class ConfigError(MemstoreError, ValueError):
     """Raised at startup for configuration that cannot work; the message names the field."""
+
+
+class InvalidScopeError(MemstoreError, ValueError):
+    """A user id or agent name that could escape its scope (path traversal, bad characters)."""
+
+
+# -- storage -------------------------------------------------------------------------------
 
 
 class StorageUnavailableError(MemstoreError):
     """The backing store cannot be reached (database down, disk gone); retrying later may succeed."""
 
 
-class InvalidScopeError(MemstoreError, ValueError):
-    """A user id or agent name that could escape its scope (path traversal, bad characters)."""
+class StorageWriteError(MemstoreError, OSError):
+    """The provider refused to persist a document (it returned ``False``); nothing was changed."""
+
+
+class MalformedDocumentError(MemstoreError, ValueError):
+    """A document whose shape cannot be stored without guessing; the save is refused."""
+
+
+class MigrationError(MemstoreError):
+    """A migration could not run: unknown revision, broken revision chain, integrity check failed."""
+
+
+class SchemaNotReadyError(MigrationError):
+    """The database is not at the schema revision this memstore needs; the message says what to run."""
+
+
+class QueryError(MemstoreError, ValueError):
+    """A query the caller can fix: bad filter values, paging out of range."""
+
+
+# -- update --------------------------------------------------------------------------------
+
+
+class LLMError(MemstoreError):
+    """The endpoint could not produce a reply (network, HTTP status, timeout)."""
+
+
+class MemoryUpdateParseError(MemstoreError, ValueError):
+    """The extractor's reply holds no usable memory update; nothing is saved."""
+
+
+class UnsafeMemoryUpdateError(MemoryUpdateParseError):
+    """The reply removes facts while some of its new facts are malformed; nothing is saved."""
+
+
+class MalformedMemoryError(MemstoreError, ValueError):
+    """The stored document does not have the shape an update needs; nothing is saved."""
+
+
+# -- explicit fact edits and import ----------------------------------------------------------
+
+
+class FactNotFoundError(MemstoreError, KeyError):
+    """No fact with this id in the scope."""
+
+    def __init__(self, fact_id: str) -> None:
+        super().__init__(fact_id)
+        self.fact_id = fact_id
+
+    def __str__(self) -> str:
+        return f"Fact not found: {self.fact_id}"
+
+
+class DuplicateFactError(MemstoreError, ValueError):
+    """A fact with the same content key (``strip().casefold()``) already exists in the scope."""
+
+    def __init__(self, existing_id: object) -> None:
+        super().__init__(f"Duplicate fact: the same content is already stored as {existing_id}")
+        self.existing_id = existing_id
+
+
+class InvalidFactError(MemstoreError, ValueError):
+    """A manual fact field that cannot be stored.
+
+    ``args`` is ``(field,)``, which is what the agent tools report; ``message`` is the sentence
+    the HTTP API puts at the field's error location.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field)
+        self.field = field
+        self.message = message
+
+
+class InvalidDocumentError(MemstoreError, ValueError):
+    """A file that cannot be imported; the message is the reason shown to the operator."""

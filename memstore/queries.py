@@ -1,32 +1,25 @@
-"""Questions across users and scopes, and the operator's maintenance calls, from Python.
+"""The public query API (``memstore.queries``): cross-scope questions and maintenance from Python.
 
-On the SQL provider each call is a few indexed statements (no document is loaded); on the
-file provider it scans the tree. ``storage`` defaults to the configured provider.
+The implementation lives in ``memstore.ops.queries``; this module is the documented import path.
 
     from memstore.queries import FactFilter, list_facts, search_facts
     page = list_facts(FactFilter(category="preference", min_confidence=0.8), limit=50)
     hits = search_facts("deer-flow", FactFilter(user_id="alice"))
 """
 
-from __future__ import annotations
-
-from datetime import UTC, datetime, timedelta
-
-from memstore.errors import MemstoreError
-from memstore.records import (
-    ANY_AGENT,
-    FactFilter,
-    FactPage,
-    FactRecord,
-    HistoryEntry,
-    MemoryStats,
-    QueryError,
-    check_paging,
+from memstore.errors import QueryError
+from memstore.ops.queries import (
+    count_facts,
+    erase_user,
+    list_facts,
+    list_scopes,
+    memory_history,
+    memory_stats,
+    operations_of,
+    search_facts,
+    vacuum,
 )
-from memstore.scope import Scope, validate_user_id
-from memstore.storage.base import MemoryStorage
-from memstore.storage.loader import get_memory_storage
-from memstore.storage.operations import StorageOperations
+from memstore.storage.records import ANY_AGENT, FactFilter, FactPage, FactRecord, HistoryEntry, MemoryStats
 
 __all__ = [
     "ANY_AGENT",
@@ -46,77 +39,3 @@ __all__ = [
     "search_facts",
     "vacuum",
 ]
-
-
-def operations_of(storage: MemoryStorage | None = None) -> StorageOperations:
-    """The provider's query surface; a custom provider without one gets a clear error."""
-    storage = storage if storage is not None else get_memory_storage()
-    if not isinstance(storage, StorageOperations):
-        raise MemstoreError(
-            f"{type(storage).__name__} does not support queries or maintenance; "
-            "use SqlMemoryStorage or FileMemoryStorage"
-        )
-    return storage
-
-
-def list_facts(
-    where: FactFilter | None = None, *, limit: int = 50, offset: int = 0, storage: MemoryStorage | None = None
-) -> FactPage:
-    """Live facts, newest first (ties broken by insertion order), one page plus the total."""
-    check_paging(limit, offset)
-    return operations_of(storage).query_facts(where or FactFilter(), search=None, limit=limit, offset=offset)
-
-
-def search_facts(
-    query: str,
-    where: FactFilter | None = None,
-    *,
-    limit: int = 20,
-    offset: int = 0,
-    storage: MemoryStorage | None = None,
-) -> FactPage:
-    """Facts matching every word of ``query``, most relevant first, then by confidence.
-
-    The text is never parsed as query syntax. The page's ``search_mode`` says whether the
-    full-text index served it or substring matching did (CJK text, index unavailable).
-    """
-    if not isinstance(query, str) or not query.strip():
-        raise QueryError("the search query is empty")
-    check_paging(limit, offset)
-    return operations_of(storage).query_facts(
-        where or FactFilter(), search=query.strip(), limit=limit, offset=offset
-    )
-
-
-def count_facts(where: FactFilter | None = None, *, storage: MemoryStorage | None = None) -> int:
-    return list_facts(where, limit=1, storage=storage).total
-
-
-def memory_stats(*, storage: MemoryStorage | None = None) -> MemoryStats:
-    return operations_of(storage).stats()
-
-
-def list_scopes(user_id: str | None = None, *, storage: MemoryStorage | None = None) -> list[Scope]:
-    return operations_of(storage).list_scopes(validate_user_id(user_id))
-
-
-def memory_history(
-    where: FactFilter, *, fact_id: str | None = None, limit: int = 100, storage: MemoryStorage | None = None
-) -> list[HistoryEntry]:
-    """The audit trail of the scopes ``where`` selects (its fact filters are ignored), oldest first."""
-    check_paging(limit, 0)
-    return operations_of(storage).history(where, fact_id=fact_id, limit=limit)
-
-
-def erase_user(user_id: str, *, storage: MemoryStorage | None = None) -> dict[str, int]:
-    """Delete everything stored for ``user_id``, audit history included; returns the counts removed."""
-    if validate_user_id(user_id) is None:
-        raise QueryError("erase needs a user id")
-    return operations_of(storage).erase_user(user_id)
-
-
-def vacuum(older_than: timedelta, *, storage: MemoryStorage | None = None) -> dict[str, int]:
-    """Purge audit history and tombstones older than ``older_than``; returns the counts purged."""
-    if older_than < timedelta(0):
-        raise QueryError("older_than must not be negative")
-    return operations_of(storage).vacuum(datetime.now(UTC) - older_than)

@@ -18,12 +18,12 @@ from bench_data import bulk_sqlite, document, fact, random_users
 from langgraph.store.sqlite import SqliteStore
 from sqlalchemy import event
 
-from memstore.injection import format_memory_for_injection
+from memstore.inject.render import format_memory_for_injection
+from memstore.inject.tokens import count_tokens
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.tokens import count_tokens
 
 LOAD_FACTS = 100
 SAVE_SIZES = (10, 100, 500)

@@ -10,7 +10,7 @@ import click
 
 from memstore.cli.output import echo_json, echo_table
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
-from memstore.records import AgentFilter, iso
+from memstore.storage.records import AgentFilter, iso
 
 _DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
 

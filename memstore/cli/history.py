@@ -8,7 +8,7 @@ import click
 
 from memstore.cli.output import echo_json, echo_table
 from memstore.queries import ANY_AGENT, FactFilter, memory_history
-from memstore.records import HistoryEntry, iso
+from memstore.storage.records import HistoryEntry, iso
 
 
 @click.command()

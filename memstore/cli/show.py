@@ -6,7 +6,7 @@ import json
 
 import click
 
-from memstore.memory_view import memory_lines
+from memstore.ops.view import memory_lines
 from memstore.storage.loader import get_memory_storage
 
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
+from memstore.ops.transfer import ImportReport, export_scopes, import_entries
 from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
+from memstore.storage.file.layout import TreeEntry, discover_tree
 from memstore.storage.loader import get_memory_storage
-from memstore.transfer import ImportReport, TreeEntry, discover_tree, export_scopes, import_entries
 
 EXIT_INVALID_ITEMS = 3
 

@@ -14,7 +14,7 @@ never stalls the event loop.
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any
 
 try:
     from fastapi import APIRouter, Depends, Query
@@ -25,10 +25,16 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from pydantic import BaseModel, ConfigDict, Field
 
 from memstore.config import get_memory_config
-from memstore.document import MemoryDocument
-from memstore.errors import InvalidScopeError, StorageUnavailableError
-from memstore.facts import (
+from memstore.document import DEFAULT_CATEGORY, MemoryDocument
+from memstore.errors import (
     DuplicateFactError,
+    FactNotFoundError,
+    InvalidFactError,
+    InvalidScopeError,
+    StorageUnavailableError,
+    StorageWriteError,
+)
+from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact,
     delete_memory_fact,
@@ -79,7 +85,7 @@ class Fact(BaseModel):
 
     id: str
     content: str
-    category: str = "context"
+    category: str = DEFAULT_CATEGORY
     confidence: float = 0.5
     createdAt: str = ""
     source: str = "unknown"
@@ -98,7 +104,7 @@ class MemoryResponse(BaseModel):
 
 class FactCreateRequest(BaseModel):
     content: str = Field(min_length=1)
-    category: str = "context"
+    category: str = DEFAULT_CATEGORY
     confidence: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
@@ -159,32 +165,23 @@ _DUPLICATE: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _invalid(field: str, message: str) -> NoReturn:
-    raise RequestValidationError([{"loc": ["body", field], "msg": message, "type": "value_error"}])
-
-
 @contextmanager
-def _mapped_errors(fact_id: str | None = None) -> Iterator[None]:
-    """Turn the fact helpers' exceptions into the documented HTTP errors."""
+def _mapped_errors() -> Iterator[None]:
+    """The one place memstore's typed errors become the documented HTTP errors."""
     try:
         yield
     except DuplicateFactError as exc:
         raise HTTPException(409, str(exc)) from exc
+    except FactNotFoundError as exc:
+        raise HTTPException(404, f"Memory fact '{exc.fact_id}' not found.") from exc
+    except InvalidFactError as exc:
+        raise RequestValidationError(
+            [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
+        ) from exc
     except InvalidScopeError as exc:
         raise RequestValidationError([{"loc": ["user"], "msg": str(exc), "type": "value_error"}]) from exc
-    except KeyError as exc:
-        if fact_id is None or exc.args != (fact_id,):
-            raise
-        raise HTTPException(404, f"Memory fact '{fact_id}' not found.") from exc
-    except ValueError as exc:
-        # The helpers raise ValueError("content") / ValueError("confidence") naming the bad field.
-        if exc.args == ("confidence",):
-            _invalid("confidence", "Invalid confidence value; must be between 0 and 1.")
-        if exc.args == ("content",):
-            _invalid("content", "Memory fact content cannot be empty.")
-        raise
-    except (StorageUnavailableError, OSError) as exc:
-        # OSError: the provider's save returned False (the database refused or was unreachable).
+    except (StorageUnavailableError, StorageWriteError) as exc:
+        # StorageWriteError: the provider's save returned False (the database refused the write).
         raise HTTPException(503, _UNAVAILABLE) from exc
 
 
@@ -274,7 +271,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses={**_ERRORS, **_NOT_FOUND, **_DUPLICATE},
     )
     def update_fact(fact_id: str, request: FactPatchRequest, owner: Owner) -> MemoryResponse:
-        with _mapped_errors(fact_id):
+        with _mapped_errors():
             return _memory(
                 update_memory_fact(
                     fact_id,
@@ -293,7 +290,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses={**_ERRORS, **_NOT_FOUND},
     )
     def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
-        with _mapped_errors(fact_id):
+        with _mapped_errors():
             return _memory(delete_memory_fact(fact_id, user_id=owner))
 
     @router.get(

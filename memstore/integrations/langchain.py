@@ -29,7 +29,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     ) from exc
 
 from memstore.config import MemoryConfig
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.middleware import MemoryMiddleware
 
 UserResolver = Callable[[Runtime[Any]], str | None]
 """Maps a run's ``Runtime`` to a memstore user id; ``None`` falls back to ``set_current_user``."""

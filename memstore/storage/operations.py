@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from memstore.records import FactFilter, FactPage, HistoryEntry, MemoryStats
 from memstore.scope import Scope
+from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
 
 
 @runtime_checkable

@@ -18,8 +18,13 @@ from sqlalchemy import inspect, text
 
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import create_empty_memory
-from memstore.facts import clear_memory_data, create_memory_fact, import_memory_data, update_memory_fact
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.middleware import MemoryMiddleware
+from memstore.ops.facts import (
+    clear_memory_data,
+    create_memory_fact,
+    import_memory_data,
+    update_memory_fact,
+)
 from memstore.queries import FactFilter, erase_user, memory_history, vacuum
 from memstore.queue import get_memory_queue, reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
@@ -255,8 +260,7 @@ def test_vacuum_purges_old_history_and_tombstones_and_fences_older_documents(
 
 
 def test_erase_and_vacuum_refuse_bad_input(config: MemoryConfig) -> None:
-    from memstore.errors import InvalidScopeError
-    from memstore.queries import QueryError
+    from memstore.errors import InvalidScopeError, QueryError
 
     with pytest.raises(InvalidScopeError):
         erase_user("alice'; DROP TABLE memory_scopes; --")

@@ -11,8 +11,8 @@ import pytest
 
 from memstore.config import FILE_STORAGE_CLASS, SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
-from memstore.facts import (
-    DuplicateFactError,
+from memstore.errors import DuplicateFactError
+from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact,
     create_memory_fact_with_created_fact,

@@ -23,11 +23,11 @@ from langgraph.runtime import Runtime
 from pydantic import SecretStr
 
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
+from memstore.gateway.user_context import reset_current_user, set_current_user
 from memstore.integrations.langchain import LangChainMemoryMiddleware
 from memstore.queue import get_memory_queue, reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql.engine import dispose_engines
-from memstore.user_context import reset_current_user, set_current_user
 from tests.support.fake_chat import RecordingChatModel
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.remember_llm import remember_reply

@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from memstore.cli import main
 from memstore.config import MemoryConfig, set_memory_config
+from memstore.errors import MigrationError, SchemaNotReadyError
 from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import dispose_engines, get_engine
 from memstore.storage.sql.models import Base
@@ -195,7 +196,7 @@ def test_render_sql_both_directions() -> None:
         assert up.count("CREATE TABLE") == len(MEMSTORE_TABLES) + 1  # + alembic_version
         down = migrate.render_sql(dialect, migrate.head(), "base")
         assert "DROP TABLE memory_scopes" in down and "CREATE" not in down
-    with pytest.raises(migrate.MigrationError, match="nosuchrev"):
+    with pytest.raises(MigrationError, match="nosuchrev"):
         migrate.render_sql("sqlite", to_rev="nosuchrev")
 
 
@@ -320,7 +321,7 @@ def test_prepare_sqlite_from_many_processes_at_once(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_prepare_postgresql_behind_head_fails_fast(pg_url: str) -> None:
     url = with_password(pg_url)
-    with pytest.raises(migrate.SchemaNotReadyError) as caught:
+    with pytest.raises(SchemaNotReadyError) as caught:
         migrate.prepare_database(get_engine(url), auto_migrate=False)
     message = str(caught.value)
     assert "run `memstore db upgrade`" in message
@@ -354,7 +355,7 @@ def test_prepare_refuses_a_revision_it_does_not_know(db_url: str) -> None:
     migrate.upgrade(db_url)
     with get_engine(db_url).begin() as connection:
         connection.execute(text("UPDATE alembic_version SET version_num = 'from_the_future'"))
-    with pytest.raises(migrate.SchemaNotReadyError, match=r"from_the_future.*upgrade memstore"):
+    with pytest.raises(SchemaNotReadyError, match=r"from_the_future.*upgrade memstore"):
         migrate.prepare_database(get_engine(db_url), auto_migrate=True)
 
 

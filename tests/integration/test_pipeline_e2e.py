@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from memstore.config import FILE_STORAGE_CLASS, SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.middleware import MemoryMiddleware
+from memstore.inject.tokens import count_tokens
 from memstore.queue import get_memory_queue, reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.tokens import count_tokens
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.remember_llm import remember_reply
 

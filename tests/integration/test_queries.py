@@ -9,12 +9,11 @@ from typing import Any
 import pytest
 
 from memstore.document import create_empty_memory
-from memstore.errors import InvalidScopeError, MemstoreError
-from memstore.facts import search_memory_facts
+from memstore.errors import InvalidScopeError, MemstoreError, QueryError
+from memstore.ops.facts import search_memory_facts
 from memstore.queries import (
     ANY_AGENT,
     FactFilter,
-    QueryError,
     count_facts,
     list_facts,
     list_scopes,

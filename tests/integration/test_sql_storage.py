@@ -17,7 +17,7 @@ from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
 from memstore.errors import StorageUnavailableError
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql import storage as storage_module
+from memstore.storage.sql import provider as storage_module
 from memstore.storage.sql.engine import get_engine
 
 

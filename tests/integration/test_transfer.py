@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from memstore.document import create_empty_memory
+from memstore.ops.transfer import export_scopes, import_entries, same_memory
 from memstore.storage.base import MemoryStorage
-from memstore.transfer import discover_tree, export_scopes, import_entries, same_memory, scope_path
+from memstore.storage.file.layout import discover_tree, scope_path
 
 
 def _write(path: Path, document: Any) -> None:

@@ -18,7 +18,8 @@ from memstore.config import FILE_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.updater import MemoryUpdater, describe_extractor, update_memory_from_conversation
+from memstore.update.extractor import describe_extractor
+from memstore.update.updater import MemoryUpdater, update_memory_from_conversation
 from tests.support.openai_server import OpenAIStubServer, ScriptedError
 
 CONVERSATION = [
@@ -313,7 +314,7 @@ class TestFailuresLeaveMemoryUntouched:
     ) -> None:
         before = seed(seeded_memory())
         openai_server.script(*scripted)
-        with caplog.at_level(logging.WARNING, logger="memstore.updater"):
+        with caplog.at_level(logging.WARNING, logger="memstore.update.updater"):
             assert MemoryUpdater().update_memory(CONVERSATION, thread_id="t", user_id="alice") is False
         assert stored_file().read_bytes() == before
         assert any("thread t" in record.getMessage() for record in caplog.records)

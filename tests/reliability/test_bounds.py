@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from memstore.config import MemoryConfig
-from memstore.middleware import MemoryMiddleware
-from memstore.queue import MAX_QUEUED_MESSAGE_CHARS, MemoryUpdateQueue, set_memory_queue
-from memstore.update_prompt import MAX_CONVERSATION_CHARS
+from memstore.gateway.middleware import MemoryMiddleware
+from memstore.queue import MemoryUpdateQueue, set_memory_queue
+from memstore.queue.debounced import MAX_QUEUED_MESSAGE_CHARS
+from memstore.update.prompt import MAX_CONVERSATION_CHARS
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import fact, prompt_conversation, update_reply
 from tests.support.openai_server import OpenAIStubServer

@@ -25,7 +25,7 @@ from memstore.document import fact_content_key
 from memstore.queue import MemoryUpdateQueue, QueueStats
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.updater import MemoryUpdater
+from memstore.update.updater import MemoryUpdater
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import (
     fact,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.middleware import MemoryMiddleware
 from memstore.queue import MemoryUpdateQueue, set_memory_queue
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines

@@ -16,7 +16,7 @@ import pytest
 
 from memstore.config import FILE_STORAGE_CLASS
 from memstore.document import MemoryDocument, create_empty_memory
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.middleware import MemoryMiddleware
 from memstore.queue import MemoryUpdateQueue
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from memstore.config import FILE_STORAGE_CLASS
 from memstore.document import create_empty_memory
 from memstore.errors import InvalidScopeError
-from memstore.facts import (
+from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact_with_created_fact,
     delete_memory_fact,

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstore.document import create_empty_memory
-from memstore.injection import format_memory_for_injection, wrap_memory_block
-from memstore.update_prompt import MAX_MESSAGE_CHARS, build_update_prompt
+from memstore.inject.render import format_memory_for_injection, wrap_memory_block
+from memstore.update.prompt import MAX_MESSAGE_CHARS, build_update_prompt
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True)
 TAGS = ("<current_memory>", "</current_memory>", "<conversation>", "</conversation>")

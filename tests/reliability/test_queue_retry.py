@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
+from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig
 from memstore.errors import StorageUnavailableError
 from memstore.queue import MemoryUpdateQueue, retry_delay
@@ -24,8 +24,8 @@ class ScriptedUpdater:
         self.during_call = during_call
         self.outages = outages
 
-    def update_memory(self, messages: list[Any], **context: Any) -> bool:
-        self.calls.append((messages[0]["content"], context["correction_detected"]))
+    def update(self, context: ConversationContext) -> bool:
+        self.calls.append((context.messages[0]["content"], context.correction_detected))
         self.during_call(len(self.calls))
         if len(self.calls) <= self.outages:
             raise StorageUnavailableError("database is down")
@@ -76,7 +76,7 @@ def test_steady_traffic_cannot_postpone_processing_forever(isolated_config: Memo
     processed = threading.Event()
 
     class Recorder(ScriptedUpdater):
-        def update_memory(self, messages: list[Any], **context: Any) -> bool:
+        def update(self, context: ConversationContext) -> bool:
             processed.set()
             return True
 

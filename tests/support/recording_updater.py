@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from memstore.message_access import message_text
-from memstore.user_context import get_effective_user_id
+from memstore.capture.conversation import ConversationContext
+from memstore.capture.message_access import message_text
+from memstore.gateway.user_context import get_effective_user_id
 
 
 @dataclass(frozen=True)
@@ -53,27 +53,18 @@ class RecordingUpdater:
             self.factory_calls += 1
         return self
 
-    def update_memory(
-        self,
-        messages: list[Any],
-        *,
-        thread_id: str | None,
-        agent_name: str | None,
-        correction_detected: bool,
-        reinforcement_detected: bool,
-        user_id: str | None,
-        captured_at: datetime | None = None,
-    ) -> bool:
+    def update(self, context: ConversationContext) -> bool:
         self.started.set()
         if self.gate is not None:
             self.gate.wait(10)
+        thread_id = context.thread_id
         call = UpdateCall(
-            list(messages),
+            list(context.messages),
             thread_id,
-            agent_name,
-            correction_detected,
-            reinforcement_detected,
-            user_id,
+            context.agent_name,
+            context.correction_detected,
+            context.reinforcement_detected,
+            context.user_id,
             threading.current_thread(),
             get_effective_user_id(),
             time.monotonic(),

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memstore.injection import format_memory_for_injection, wrap_memory_block
-from memstore.tokens import count_tokens
+from memstore.inject.render import format_memory_for_injection, wrap_memory_block
+from memstore.inject.tokens import count_tokens
 
 SUMMARY_KEYS = [
     ("user", "workContext", "Work"),

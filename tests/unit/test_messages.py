@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from memstore.messages import detect_correction, detect_reinforcement, filter_messages_for_memory
+from memstore.capture.filtering import filter_messages_for_memory
+from memstore.capture.signals import detect_correction, detect_reinforcement
 
 UPLOAD_BLOCK = "<uploaded_files>\n- report.pdf (/mnt/user-data/uploads/report.pdf)\n</uploaded_files>\n"
 

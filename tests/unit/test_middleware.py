@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 from memstore.config import MemoryConfig, set_memory_config
-from memstore.facts import create_memory_fact, get_memory_data
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.middleware import MemoryMiddleware
+from memstore.gateway.user_context import reset_current_user, set_current_user
+from memstore.ops.facts import create_memory_fact, get_memory_data
 from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.storage.loader import reset_memory_storage
-from memstore.user_context import reset_current_user, set_current_user
 from tests.support.recording_updater import RecordingUpdater
 
 
@@ -143,7 +143,7 @@ def test_memory_context_survives_a_storage_error(tmp_path: Path, caplog: pytest.
     set_memory_config(MemoryConfig(data_dir=str(blocker / "data")))
     reset_memory_storage()
 
-    with caplog.at_level(logging.ERROR, logger="memstore.middleware"):
+    with caplog.at_level(logging.ERROR, logger="memstore.gateway.middleware"):
         assert MemoryMiddleware().memory_context(user_id="alice") == ""
 
     assert any(record.exc_info for record in caplog.records)

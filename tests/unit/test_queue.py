@@ -9,15 +9,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, set_memory_config
+from memstore.gateway.user_context import get_effective_user_id, reset_current_user, set_current_user
 from memstore.queue import (
-    ConversationContext,
     MemoryUpdateQueue,
     get_memory_queue,
     reset_memory_queue,
     set_memory_queue,
 )
-from memstore.user_context import get_effective_user_id, reset_current_user, set_current_user
 from tests.support.recording_updater import RecordingUpdater
 
 

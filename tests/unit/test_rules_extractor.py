@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
-from memstore.rules_extractor import extract_findings, extract_update
-from memstore.update_apply import apply_updates
-from memstore.update_parser import parse_update_response
+from memstore.update.apply import apply_updates
+from memstore.update.rules import extract_findings, extract_update
 
 
 def said(*texts: str) -> list[dict[str, str]]:
@@ -127,13 +124,13 @@ def test_duplicates_across_turns_are_collapsed() -> None:
     assert facts_of("I prefer tabs.", "i prefer TABS") == [("User prefers tabs", "preference")]
 
 
-def test_reply_has_the_update_shape_and_round_trips_through_the_parser() -> None:
+def test_update_has_the_normalised_shape() -> None:
     reply = extract_update(said("I work at Acme.", "I prefer Python.", "I want to learn Go."))
-    raw = json.loads(reply)
+    raw = reply
     assert set(raw) == {"user", "history", "newFacts", "factsToRemove"}
     assert raw["factsToRemove"] == []
     assert all(not section["shouldUpdate"] for section in raw["history"].values())
-    update = parse_update_response(reply)
+    update = reply
     assert update["user"]["workContext"] == {"summary": "User works at Acme.", "shouldUpdate": True}
     assert update["user"]["personalContext"]["summary"] == "User prefers Python."
     assert update["user"]["topOfMind"]["summary"] == "User wants to learn Go."
@@ -141,7 +138,7 @@ def test_reply_has_the_update_shape_and_round_trips_through_the_parser() -> None
 
 
 def test_nothing_found_updates_no_section() -> None:
-    raw = json.loads(extract_update(said("What time is it?")))
+    raw = extract_update(said("What time is it?"))
     assert raw["newFacts"] == []
     assert all(not section["shouldUpdate"] for section in raw["user"].values())
 
@@ -149,12 +146,12 @@ def test_nothing_found_updates_no_section() -> None:
 def test_summaries_extend_the_stored_ones() -> None:
     memory = create_empty_memory()
     memory["user"]["personalContext"]["summary"] = "User's name is Ana. User prefers Python."
-    raw = json.loads(extract_update(said("I prefer Python.", "I live in Lisbon."), memory))
+    raw = extract_update(said("I prefer Python.", "I live in Lisbon."), memory)
     assert (
         raw["user"]["personalContext"]["summary"]
         == "User's name is Ana. User prefers Python. User lives in Lisbon."
     )
-    raw = json.loads(extract_update(said("I prefer Python."), memory))
+    raw = extract_update(said("I prefer Python."), memory)
     assert raw["user"]["personalContext"] == {"summary": "", "shouldUpdate": False}
 
 
@@ -163,7 +160,5 @@ def test_every_fact_passes_the_default_threshold_when_applied() -> None:
         said("I'm a designer. I like jazz. I need to renew my passport. 我喜欢茶。"),
         correction_detected=False,
     )
-    result = apply_updates(
-        create_empty_memory(), parse_update_response(reply), thread_id="t", config=MemoryConfig()
-    )
+    result = apply_updates(create_empty_memory(), reply, thread_id="t", config=MemoryConfig())
     assert len(result["facts"]) == 4

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from memstore.config import MemoryConfig, set_memory_config
-from memstore.middleware import MemoryMiddleware
+from memstore.gateway.flush_hook import memory_flush_hook
+from memstore.gateway.middleware import MemoryMiddleware
+from memstore.gateway.user_context import reset_current_user, set_current_user
 from memstore.queue import MemoryUpdateQueue
-from memstore.summarization_hook import memory_flush_hook
-from memstore.user_context import reset_current_user, set_current_user
 from tests.support.recording_updater import RecordingUpdater
 
 DROPPED: list[dict[str, Any]] = [

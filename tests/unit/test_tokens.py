@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 import tiktoken
 
-from memstore.tokens import ENCODING_NAME, EncodingLoader, count_tokens, estimate_tokens, warm_tiktoken_cache
+from memstore.inject.tokens import (
+    ENCODING_NAME,
+    EncodingLoader,
+    count_tokens,
+    estimate_tokens,
+    warm_tiktoken_cache,
+)
 
 
 def _run_isolated(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -79,7 +85,7 @@ class TestTiktoken:
 
             socket.socket.connect = refuse
             socket.create_connection = refuse
-            from memstore.tokens import count_tokens, warm_tiktoken_cache
+            from memstore.inject.tokens import count_tokens, warm_tiktoken_cache
             assert warm_tiktoken_cache()
             print(count_tokens("hello world", use_tiktoken=True))
             """,
@@ -92,8 +98,8 @@ class TestTiktoken:
         result = _run_isolated(
             """
             import sys
-            from memstore.injection import format_memory_for_injection
-            from memstore.tokens import count_tokens
+            from memstore.inject.render import format_memory_for_injection
+            from memstore.inject.tokens import count_tokens
             doc = {"facts": [{"content": "x", "category": "correction", "confidence": 0.9}],
                    "user": {"workContext": {"summary": "w"}}}
             assert format_memory_for_injection(doc, use_tiktoken=False)
@@ -123,7 +129,7 @@ class TestEncodingLoader:
     def test_failure_is_cached_during_the_cooldown(self, caplog: pytest.LogCaptureFixture) -> None:
         load = _RecordingLoad()
         loader = EncodingLoader("no_such_encoding", load=load)
-        with caplog.at_level(logging.WARNING, logger="memstore.tokens"):
+        with caplog.at_level(logging.WARNING, logger="memstore.inject.tokens"):
             assert loader.counter() is None
             assert loader.counter() is None
         assert load.attempts == 1
@@ -135,7 +141,7 @@ class TestEncodingLoader:
     ) -> None:
         load = _RecordingLoad()
         loader = EncodingLoader("no_such_encoding", cooldown_seconds=0.0, load=load)
-        with caplog.at_level(logging.WARNING, logger="memstore.tokens"):
+        with caplog.at_level(logging.WARNING, logger="memstore.inject.tokens"):
             for _ in range(3):
                 assert loader.counter() is None
         assert load.attempts == 3

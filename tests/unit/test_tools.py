@@ -6,9 +6,15 @@ import json
 from typing import Any
 
 from memstore.config import MemoryConfig, set_memory_config
-from memstore.facts import create_memory_fact, get_memory_data
-from memstore.tools import get_memory_tools, memory_add, memory_delete, memory_search, memory_update
-from memstore.user_context import reset_current_user, set_current_user
+from memstore.gateway.tools import (
+    get_memory_tools,
+    memory_add,
+    memory_delete,
+    memory_search,
+    memory_update,
+)
+from memstore.gateway.user_context import reset_current_user, set_current_user
+from memstore.ops.facts import create_memory_fact, get_memory_data
 
 
 def _json(raw: str) -> dict[str, Any]:

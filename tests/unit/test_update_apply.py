@@ -10,13 +10,9 @@ import pytest
 
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument, create_empty_memory
-from memstore.update_apply import (
-    MalformedMemoryError,
-    apply_updates,
-    strip_upload_mentions,
-    trim_facts_to_max,
-)
-from memstore.update_parser import MemoryUpdate, NewFact, SectionUpdate
+from memstore.errors import MalformedMemoryError
+from memstore.update.apply import apply_updates, strip_upload_mentions, trim_facts_to_max
+from memstore.update.parser import MemoryUpdate, NewFact, SectionUpdate
 
 CONFIG = MemoryConfig()
 

@@ -7,12 +7,8 @@ from typing import Any
 
 import pytest
 
-from memstore.update_parser import (
-    MemoryUpdateParseError,
-    UnsafeMemoryUpdateError,
-    extract_text,
-    parse_update_response,
-)
+from memstore.errors import MemoryUpdateParseError, UnsafeMemoryUpdateError
+from memstore.update.parser import extract_text, parse_update_response
 
 EMPTY_UPDATE: dict[str, Any] = {"user": {}, "history": {}, "newFacts": [], "factsToRemove": []}
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from memstore.document import create_empty_memory
-from memstore.update_prompt import (
+from memstore.update.prompt import (
     MAX_MESSAGE_CHARS,
     build_update_prompt,
     escape_memory_for_prompt,

@@ -8,14 +8,14 @@ from dataclasses import dataclass
 
 import pytest
 
-from memstore.scope import make_safe_user_id, validate_user_id
-from memstore.user_context import (
+from memstore.gateway.user_context import (
     CurrentUser,
     get_current_user_id,
     get_effective_user_id,
     reset_current_user,
     set_current_user,
 )
+from memstore.scope import make_safe_user_id, validate_user_id
 
 
 @dataclass

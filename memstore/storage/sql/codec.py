@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from memstore.document import (
+    DEFAULT_CATEGORY,
     SECTION_GROUPS,
     coerce_confidence,
     fact_content_key,
@@ -29,20 +30,16 @@ from memstore.document import (
     new_fact_id,
     parse_timestamp,
 )
+from memstore.errors import MalformedDocumentError
 
 RESERVED_KEY = "$memstore"
 FACT_FIELDS = ("id", "content", "category", "confidence", "createdAt", "source", "sourceError")
 SECTION_FIELDS = ("summary", "updatedAt")
-DEFAULT_CATEGORY = "context"
 MAX_FACT_ID = 64
 MAX_CATEGORY = 64
 MAX_SOURCE = 255
 MAX_VERSION = 16
 _MISSING = object()
-
-
-class MalformedDocumentError(ValueError):
-    """A document whose shape cannot be stored without guessing; the save is refused."""
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -26,7 +26,7 @@ from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import URL
 
-from memstore.errors import MemstoreError
+from memstore.errors import MigrationError, SchemaNotReadyError
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, get_engine, mask_url, normalize_url
 
 logger = logging.getLogger(__name__)
@@ -38,14 +38,6 @@ DIALECTS: tuple[Dialect, ...] = ("sqlite", "postgresql")
 PG_MIGRATION_LOCK_KEY = 0x6D656D73746F7265
 # Offline rendering needs only a dialect, never a connection.
 _OFFLINE_URLS: dict[Dialect, str] = {"sqlite": "sqlite://", "postgresql": "postgresql+psycopg://"}
-
-
-class MigrationError(MemstoreError):
-    """A migration could not run: unknown revision, broken revision chain, integrity check failed."""
-
-
-class SchemaNotReadyError(MigrationError):
-    """The database is not at the schema revision this memstore needs; the message says what to run."""
 
 
 def script_location() -> Path:

@@ -27,7 +27,8 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
-from memstore.records import (
+from memstore.scope import Scope
+from memstore.storage.records import (
     ANY_AGENT,
     FactFilter,
     FactPage,
@@ -35,8 +36,7 @@ from memstore.records import (
     HistoryEntry,
     MemoryStats,
 )
-from memstore.scope import Scope
-from memstore.search_text import fts5_match, substring_terms, unservable_reason
+from memstore.storage.search_text import fts5_match, substring_terms, unservable_reason
 from memstore.storage.sql.fts_schema import FTS_TABLE, PG_TS_CONFIG
 from memstore.storage.sql.models import Base
 

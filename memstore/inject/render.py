@@ -9,7 +9,7 @@ string is HTML-escaped (``quote=False``: ``<``/``>``/``&`` only): a stored fact 
 ``<memory>`` tag and speak with the system's authority, while ordinary quotes stay readable.
 
 This runs on every request, so malformed documents are skipped item by item rather than raised
-on, and token counts go through :mod:`memstore.tokens`' per-text cache.
+on, and token counts go through :mod:`memstore.inject.tokens`' per-text cache.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memstore.document import coerce_confidence
-from memstore.tokens import count_tokens
+from memstore.document import DEFAULT_CATEGORY, coerce_confidence
+from memstore.inject.tokens import count_tokens
 
 DEFAULT_GUARANTEED_CATEGORIES = ("correction",)
 
@@ -82,7 +82,7 @@ def _confidence(fact: Mapping[Any, Any]) -> float:
 
 def _category(fact: Mapping[Any, Any]) -> str:
     raw = fact.get("category")
-    return (str(raw).strip() if raw is not None else "") or "context"
+    return (str(raw).strip() if raw is not None else "") or DEFAULT_CATEGORY
 
 
 def _fact_line(fact: Mapping[Any, Any]) -> str:

@@ -14,11 +14,11 @@ from pathlib import Path
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, utc_now_iso_z
 from memstore.scope import Scope, resolve_scope
-from memstore.storage.file_operations import FileOperations
+from memstore.storage.file.layout import FILE_NAME, scope_path
+from memstore.storage.file.operations import FileOperations
 
 logger = logging.getLogger(__name__)
 
-FILE_NAME = "memory.json"
 # (inode, mtime_ns, size): an atomic rename always brings a new inode, so a replaced file
 # is noticed even when mtime granularity is coarse and the size happens to match.
 _FileStamp = tuple[int, int, int]
@@ -27,8 +27,7 @@ _FileStamp = tuple[int, int, int]
 class FileMemoryStorage(FileOperations):
     """Documents under ``base_dir`` (default: ``data_dir``), written atomically.
 
-    Layout: ``memory.json`` (no user, no agent), ``agents/<agent>/memory.json``,
-    ``users/<user>/memory.json`` and ``users/<user>/agents/<agent>/memory.json``.
+    Layout: the reference's tree (``memstore.storage.file.layout``).
     """
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
@@ -44,10 +43,9 @@ class FileMemoryStorage(FileOperations):
 
     def path_for(self, agent_name: str | None = None, *, user_id: str | None = None) -> Path:
         user, agent = resolve_scope(agent_name, user_id)
-        if user is None:
-            return self._global_path if agent is None else self._base_dir / "agents" / agent / FILE_NAME
-        user_dir = self._base_dir / "users" / user
-        return user_dir / FILE_NAME if agent is None else user_dir / "agents" / agent / FILE_NAME
+        if user is None and agent is None:
+            return self._global_path  # ``storage_path`` may rename the legacy global file
+        return scope_path(self._base_dir, user, agent)
 
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         return self._read(resolve_scope(agent_name, user_id), use_cache=True)

@@ -1,9 +1,8 @@
 """Import and export of DeerFlow-style memory trees, through any storage provider.
 
-Tree layout (the file provider's own): ``memory.json`` (legacy global),
-``agents/<agent>/memory.json``, ``users/<user>/memory.json`` and
-``users/<user>/agents/<agent>/memory.json``. Import is idempotent: a document whose
-sections and facts already equal the stored ones is reported unchanged and not written.
+The tree layout is the file provider's own (``memstore.storage.file.layout``). Import is
+idempotent: a document whose sections and facts already equal the stored ones is reported
+unchanged and not written.
 """
 
 from __future__ import annotations
@@ -15,22 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from memstore.document import SECTION_GROUPS, MemoryDocument
-from memstore.errors import InvalidScopeError, MemstoreError
-from memstore.scope import Scope, resolve_scope
+from memstore.errors import InvalidDocumentError
+from memstore.scope import Scope
 from memstore.storage.base import MemoryStorage
-
-FILE_NAME = "memory.json"
-
-
-class InvalidDocumentError(MemstoreError, ValueError):
-    """A file that cannot be imported; the message is the reason shown to the operator."""
-
-
-@dataclass(frozen=True)
-class TreeEntry:
-    path: Path
-    user_id: str | None
-    agent_name: str | None
+from memstore.storage.file.layout import TreeEntry, scope_path
 
 
 @dataclass
@@ -38,39 +25,6 @@ class ImportReport:
     imported: list[TreeEntry] = field(default_factory=list)
     unchanged: list[TreeEntry] = field(default_factory=list)
     invalid: list[tuple[Path, str]] = field(default_factory=list)
-
-
-def scope_path(root: Path, user_id: str | None, agent_name: str | None) -> Path:
-    if user_id is None:
-        return root / FILE_NAME if agent_name is None else root / "agents" / agent_name / FILE_NAME
-    base = root / "users" / user_id
-    return base / FILE_NAME if agent_name is None else base / "agents" / agent_name / FILE_NAME
-
-
-def discover_tree(root: Path) -> tuple[list[TreeEntry], list[tuple[Path, str]]]:
-    """Every ``memory.json`` under ``root`` mapped to its scope, plus files in unexpected places."""
-    entries: list[TreeEntry] = []
-    invalid: list[tuple[Path, str]] = []
-    for path in sorted(root.rglob(FILE_NAME)):
-        parts = path.relative_to(root).parts[:-1]
-        user: str | None = None
-        agent: str | None = None
-        if len(parts) == 2 and parts[0] == "agents":
-            agent = parts[1]
-        elif len(parts) == 2 and parts[0] == "users":
-            user = parts[1]
-        elif len(parts) == 4 and parts[0] == "users" and parts[2] == "agents":
-            user, agent = parts[1], parts[3]
-        elif parts:
-            invalid.append((path, "not in a users/<user>/[agents/<agent>/] or agents/<agent>/ folder"))
-            continue
-        try:
-            user, agent = resolve_scope(agent, user)
-        except InvalidScopeError as exc:
-            invalid.append((path, str(exc)))
-            continue
-        entries.append(TreeEntry(path, user, agent))
-    return entries, invalid
 
 
 def read_document(path: Path) -> MemoryDocument:

@@ -14,43 +14,20 @@ import logging
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
-from dataclasses import dataclass
 from typing import Any
 
+from memstore.capture.conversation import capture_conversation
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import StorageUnavailableError
-from memstore.facts import get_memory_data
-from memstore.injection import format_memory_for_injection, wrap_memory_block
-from memstore.message_access import message_type
-from memstore.messages import detect_correction, detect_reinforcement, filter_messages_for_memory
+from memstore.gateway.user_context import get_effective_user_id
+from memstore.inject.render import format_memory_for_injection, wrap_memory_block
+from memstore.ops.facts import get_memory_data
 from memstore.queue import get_memory_queue
-from memstore.user_context import get_effective_user_id
 
 logger = logging.getLogger(__name__)
 
 # Reads for memory_context; a few threads are enough because each read is one cheap query.
 _CONTEXT_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore-context")
-
-
-@dataclass(frozen=True)
-class CapturedTurn:
-    """What memory keeps of a conversation, with the feedback signals found in it."""
-
-    messages: list[Any]
-    correction_detected: bool
-    reinforcement_detected: bool
-
-
-def capture_conversation(messages: Iterable[Any]) -> CapturedTurn | None:
-    """Filter ``messages`` for memory; ``None`` unless a user message and an answer remain."""
-    filtered = filter_messages_for_memory(messages)
-    types = {message_type(message) for message in filtered}
-    if not {"human", "ai"} <= types:
-        return None
-    correction = detect_correction(filtered)
-    # A correction outranks praise in the same window: the updater should fix, not reinforce.
-    reinforcement = not correction and detect_reinforcement(filtered)
-    return CapturedTurn(filtered, correction, reinforcement)
 
 
 class MemoryMiddleware:
@@ -76,17 +53,14 @@ class MemoryMiddleware:
         if not self._current_config().enabled or not thread_id:
             return
         try:
-            turn = capture_conversation(messages)
-            if turn is None:
-                return
-            get_memory_queue().add(
+            context = capture_conversation(
+                messages,
                 thread_id=thread_id,
-                messages=turn.messages,
-                agent_name=self._agent_name,
                 user_id=user_id or get_effective_user_id(),
-                correction_detected=turn.correction_detected,
-                reinforcement_detected=turn.reinforcement_detected,
+                agent_name=self._agent_name,
             )
+            if context is not None:
+                get_memory_queue().submit(context)
         except Exception:
             logger.exception("could not queue the memory update for thread %s", thread_id)
 

@@ -25,8 +25,8 @@ from memstore.document import (
     new_fact_id,
     utc_now_iso_z,
 )
-from memstore.errors import MemstoreError
-from memstore.update_parser import MemoryUpdate
+from memstore.errors import MalformedMemoryError
+from memstore.update.parser import MemoryUpdate
 
 # Sentences describing uploads. The pattern (and its quirks: neighbouring sentences get
 # glued, a "." inside a path ends the sentence) follows the reference so results match.
@@ -36,10 +36,6 @@ UPLOAD_SENTENCE_RE = re.compile(
     re.IGNORECASE,
 )
 _MULTI_SPACE = re.compile(r"  +")
-
-
-class MalformedMemoryError(MemstoreError, ValueError):
-    """The stored document does not have the shape an update needs; nothing is saved."""
 
 
 def _require_shape(memory: MemoryDocument) -> None:

@@ -25,18 +25,16 @@ proportional to the depth, not to what users paste.
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
+from memstore.capture.conversation import ConversationContext, ConversationKey
+from memstore.capture.filtering import bound_conversation
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import StorageUnavailableError
-from memstore.messages import bound_conversation
+from memstore.queue.contract import ConversationUpdater, QueueStats, UpdaterFactory
 
 logger = logging.getLogger(__name__)
 
@@ -49,72 +47,6 @@ MAX_QUEUED_MESSAGE_CHARS = 8_000
 MAX_QUEUED_CONVERSATION_CHARS = 64_000
 """Per-message and per-conversation caps applied at enqueue; the prompt cuts much shorter anyway."""
 
-_QueueKey = tuple[str, str | None, str | None]
-
-
-class MemoryUpdaterLike(Protocol):
-    """What the queue needs from an updater: one call per conversation.
-
-    Raising ``StorageUnavailableError`` asks for a retry later; any other exception is logged
-    and the conversation is dropped.
-    """
-
-    def update_memory(
-        self,
-        messages: list[Any],
-        *,
-        thread_id: str | None,
-        agent_name: str | None,
-        correction_detected: bool,
-        reinforcement_detected: bool,
-        user_id: str | None,
-        captured_at: datetime | None,
-    ) -> bool: ...
-
-
-UpdaterFactory = Callable[[], MemoryUpdaterLike]
-
-
-@dataclass
-class ConversationContext:
-    """One pending conversation; ``user_id`` is captured by the producer, never on the worker."""
-
-    thread_id: str
-    messages: list[Any]
-    agent_name: str | None = None
-    user_id: str | None = None
-    correction_detected: bool = False
-    reinforcement_detected: bool = False
-    timestamp: datetime = field(default_factory=lambda: datetime.now(UTC))
-    attempts: int = 0
-    """Processing attempts that ended in a storage outage."""
-    not_before: float = 0.0
-    """``time.monotonic()`` before which a retried context is not processed again."""
-
-    @property
-    def key(self) -> _QueueKey:
-        return (self.thread_id, self.user_id, self.agent_name)
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """Counters since the queue was created, for logs, metrics and the reliability suite."""
-
-    accepted: int = 0
-    """Conversations admitted (including ones that replaced a pending turn of the same key)."""
-    rejected_full: int = 0
-    """New keys dropped because ``max_queue_depth`` was reached."""
-    updated: int = 0
-    """Updates the updater saved."""
-    skipped: int = 0
-    """Updater calls that saved nothing (no new memory, a bad reply, a refused save)."""
-    errors: int = 0
-    """Updater calls that raised something other than an outage; those conversations are gone."""
-    retries: int = 0
-    """Conversations put back after an outage."""
-    abandoned: int = 0
-    """Conversations dropped because the outage outlasted ``update_max_attempts`` or shutdown."""
-
 
 def retry_delay(attempts: int, config: MemoryConfig) -> float:
     """Backoff before attempt ``attempts + 1``: the base doubled per failure, capped."""
@@ -122,10 +54,10 @@ def retry_delay(attempts: int, config: MemoryConfig) -> float:
     return float(min(config.update_retry_max_seconds, config.update_retry_base_seconds * 2**exponent))
 
 
-def _default_updater_factory() -> MemoryUpdaterLike:
+def _default_updater_factory() -> ConversationUpdater:
     # Imported here so the queue (and the middleware importing it) never pays for the LLM stack
     # on the request path, and so the updater reads the config current at processing time.
-    from memstore.updater import MemoryUpdater
+    from memstore.update.updater import MemoryUpdater
 
     return MemoryUpdater()
 
@@ -146,7 +78,7 @@ class MemoryUpdateQueue:
         self._updater_factory = updater_factory or _default_updater_factory
         self._batch_interval = batch_interval_seconds
         # Insertion-ordered by key: O(1) coalescing however deep the queue gets.
-        self._queue: dict[_QueueKey, ConversationContext] = {}
+        self._queue: dict[ConversationKey, ConversationContext] = {}
         # Earliest ``not_before`` among waiting retries (may be early after a supersede, never late).
         self._next_retry: float | None = None
         self._counts: dict[str, int] = dict.fromkeys(QueueStats.__dataclass_fields__, 0)
@@ -171,11 +103,12 @@ class MemoryUpdateQueue:
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
     ) -> None:
-        """Queue a conversation and restart the debounce timer for the whole queue."""
-        context = ConversationContext(
-            thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+        """The reference's call: queue a conversation and restart the debounce timer."""
+        self.submit(
+            ConversationContext(
+                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+            )
         )
-        self._enqueue(context, delay=None)
 
     def add_nowait(
         self,
@@ -186,11 +119,17 @@ class MemoryUpdateQueue:
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
     ) -> None:
-        """Queue a conversation and process the whole queue now, on a background thread."""
-        context = ConversationContext(
-            thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+        """The reference's call: queue a conversation and process the whole queue now."""
+        self.submit(
+            ConversationContext(
+                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+            ),
+            immediately=True,
         )
-        self._enqueue(context, delay=0.0)
+
+    def submit(self, context: ConversationContext, *, immediately: bool = False) -> None:
+        """Queue ``context``; restart the debounce timer, or process the whole queue now (background)."""
+        self._enqueue(context, delay=0.0 if immediately else None)
 
     def flush(self) -> None:
         """Process everything pending in the caller's thread, retries still backing off included.
@@ -407,15 +346,7 @@ class MemoryUpdateQueue:
             if index and interval > 0:
                 self._stopping.wait(interval)
             try:
-                updated = updater.update_memory(
-                    messages=context.messages,
-                    thread_id=context.thread_id,
-                    agent_name=context.agent_name,
-                    correction_detected=context.correction_detected,
-                    reinforcement_detected=context.reinforcement_detected,
-                    user_id=context.user_id,
-                    captured_at=context.timestamp,
-                )
+                updated = updater.update(context)
             except StorageUnavailableError as exc:
                 ok = self._retry_later(context, exc) and ok
                 continue
@@ -500,49 +431,3 @@ class MemoryUpdateQueue:
             logger.warning("memory queue shutdown timed out while draining pending conversations")
             return False
         return outcome == [True]
-
-
-_queue: MemoryUpdateQueue | None = None
-_queue_lock = threading.Lock()
-_atexit_registered = False
-
-
-def get_memory_queue() -> MemoryUpdateQueue:
-    """The process-wide queue, created on first use; it is drained at interpreter exit."""
-    global _queue, _atexit_registered
-    with _queue_lock:
-        if _queue is None:
-            _queue = MemoryUpdateQueue()
-        if not _atexit_registered:
-            atexit.register(_shutdown_at_exit)
-            _atexit_registered = True
-        return _queue
-
-
-def set_memory_queue(queue: MemoryUpdateQueue) -> None:
-    """Install ``queue`` as the process-wide one, e.g. built with a custom updater factory."""
-    global _queue
-    with _queue_lock:
-        _queue = queue
-
-
-def reset_memory_queue() -> None:
-    """Discard the process-wide queue and its pending work (tests, config changes)."""
-    global _queue
-    with _queue_lock:
-        queue, _queue = _queue, None
-    if queue is not None:
-        queue.clear()
-
-
-def _shutdown_at_exit() -> None:
-    with _queue_lock:
-        queue = _queue
-    if queue is None:
-        return
-    try:
-        timeout = get_memory_config().shutdown_timeout_seconds
-    except Exception:
-        logger.exception("memory config unavailable at exit; using the default shutdown timeout")
-        timeout = MemoryConfig().shutdown_timeout_seconds
-    queue.shutdown(timeout)

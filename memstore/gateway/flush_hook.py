@@ -10,10 +10,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from memstore.capture.conversation import capture_conversation
 from memstore.config import get_memory_config
-from memstore.middleware import capture_conversation
+from memstore.gateway.user_context import get_effective_user_id
 from memstore.queue import get_memory_queue
-from memstore.user_context import get_effective_user_id
 
 logger = logging.getLogger(__name__)
 
@@ -33,16 +33,10 @@ def memory_flush_hook(
     if not get_memory_config().enabled or not thread_id:
         return
     try:
-        turn = capture_conversation(messages)
-        if turn is None:
-            return
-        get_memory_queue().add_nowait(
-            thread_id=thread_id,
-            messages=turn.messages,
-            agent_name=agent_name,
-            user_id=user_id or get_effective_user_id(),
-            correction_detected=turn.correction_detected,
-            reinforcement_detected=turn.reinforcement_detected,
+        context = capture_conversation(
+            messages, thread_id=thread_id, user_id=user_id or get_effective_user_id(), agent_name=agent_name
         )
+        if context is not None:
+            get_memory_queue().submit(context, immediately=True)
     except Exception:
         logger.exception("could not queue the pre-summarization memory flush for thread %s", thread_id)

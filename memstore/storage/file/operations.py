@@ -15,13 +15,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memstore.document import coerce_confidence, parse_timestamp
+from memstore.document import DEFAULT_CATEGORY, coerce_confidence, parse_timestamp
 from memstore.errors import MemstoreError
-from memstore.records import FactFilter, FactPage, FactRecord, HistoryEntry, MemoryStats
 from memstore.scope import Scope, validate_user_id
-from memstore.search_text import substring_terms
 from memstore.storage.base import MemoryStorage
-from memstore.transfer import discover_tree
+from memstore.storage.file.layout import discover_tree
+from memstore.storage.records import FactFilter, FactPage, FactRecord, HistoryEntry, MemoryStats
+from memstore.storage.search_text import substring_terms
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def _record(user_id: str | None, agent_name: str | None, fact: dict[str, Any]) -
         agent_name=agent_name,
         fact_id=str(fact.get("id", "")),
         content=fact["content"],
-        category=str(fact.get("category") or "context"),
+        category=str(fact.get("category") or DEFAULT_CATEGORY),
         confidence=coerce_confidence(fact.get("confidence")),
         created_at=parse_timestamp(fact.get("createdAt")),
         source=fact.get("source") if isinstance(fact.get("source"), str) else None,

@@ -13,14 +13,16 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from memstore.facts import (
-    DuplicateFactError,
+from memstore.config import MemoryConfig, get_memory_config
+from memstore.document import DEFAULT_CATEGORY
+from memstore.errors import DuplicateFactError, MemstoreError
+from memstore.gateway.user_context import get_effective_user_id
+from memstore.ops.facts import (
     create_memory_fact_with_created_fact,
     delete_memory_fact,
     search_memory_facts,
     update_memory_fact,
 )
-from memstore.user_context import get_effective_user_id
 
 logger = logging.getLogger(__name__)
 
@@ -31,13 +33,11 @@ def _result(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False)
 
 
-def _error(exc: Exception, fact_id: str | None = None) -> str:
-    """Map an exception to the error message the model sees."""
+def _error(exc: Exception) -> str:
+    """The one place tool failures become the error JSON the model reads."""
     if isinstance(exc, DuplicateFactError):
         return _result({"error": DUPLICATE_ERROR})
-    if isinstance(exc, KeyError) and fact_id is not None:
-        return _result({"error": f"Fact not found: {fact_id}"})
-    if not isinstance(exc, ValueError):
+    if not isinstance(exc, MemstoreError):
         logger.exception("memory tool failed")
     return _result({"error": str(exc)})
 
@@ -69,7 +69,7 @@ def memory_search(
 
 def memory_add(
     content: str,
-    category: str = "context",
+    category: str = DEFAULT_CATEGORY,
     confidence: float = 0.7,
     *,
     user_id: str | None = None,
@@ -126,7 +126,7 @@ def memory_update(
             user_id=user_id or get_effective_user_id(),
         )
     except Exception as exc:
-        return _error(exc, fact_id)
+        return _error(exc)
     return _result({"fact_id": fact_id, "status": "updated"})
 
 
@@ -139,8 +139,20 @@ def memory_delete(fact_id: str, *, user_id: str | None = None, agent_name: str |
     try:
         delete_memory_fact(fact_id, agent_name, user_id=user_id or get_effective_user_id())
     except Exception as exc:
-        return _error(exc, fact_id)
+        return _error(exc)
     return _result({"fact_id": fact_id, "status": "deleted"})
+
+
+def should_use_memory_tools(config: MemoryConfig | None = None) -> bool:
+    """Whether the agent should get these tools: memory is on and ``mode`` is ``tool``.
+
+    In tool mode the agent manages memory itself, so a gateway registers the tools instead of
+    ``MemoryMiddleware``.
+    """
+    config = config or get_memory_config()
+    if config.mode == "tool" and not config.enabled:
+        logger.warning("memory.mode is 'tool' but memory.enabled is false; memory tools are not registered")
+    return config.enabled and config.mode == "tool"
 
 
 def get_memory_tools() -> list[Callable[..., str]]:

@@ -13,12 +13,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memstore.document import format_timestamp
-from memstore.errors import MemstoreError
+from memstore.errors import QueryError
 from memstore.scope import Scope, normalize_agent_name, validate_user_id
-
-
-class QueryError(MemstoreError, ValueError):
-    """A query the caller can fix: bad filter values, paging out of range."""
 
 
 class _AnyAgent(enum.Enum):

@@ -15,9 +15,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from memstore.capture.filtering import memory_turns
 from memstore.document import MemoryDocument
-from memstore.message_access import message_text, message_type
-from memstore.messages import UPLOAD_BLOCK_RE
 
 MAX_MESSAGE_CHARS = 1000
 MAX_CONVERSATION_CHARS = 20_000
@@ -95,16 +94,7 @@ def format_conversation_for_update(messages: Sequence[Any]) -> str:
     """
     lines: list[str] = []
     total = 0
-    for message in reversed(messages):
-        kind = message_type(message)
-        if kind not in ("human", "ai"):
-            continue
-        text = message_text(message)
-        if kind == "human":
-            text = UPLOAD_BLOCK_RE.sub("", text)
-        text = text.strip()
-        if not text:
-            continue
+    for kind, text in reversed(list(memory_turns(messages))):
         if len(text) > MAX_MESSAGE_CHARS:
             text = text[:MAX_MESSAGE_CHARS] + "..."
         speaker = "User" if kind == "human" else "Assistant"

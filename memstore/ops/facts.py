@@ -16,6 +16,7 @@ from typing import Any
 
 from memstore.config import get_memory_config
 from memstore.document import (
+    DEFAULT_CATEGORY,
     MemoryDocument,
     coerce_confidence,
     create_empty_memory,
@@ -23,26 +24,17 @@ from memstore.document import (
     new_fact_id,
     utc_now_iso_z,
 )
-from memstore.errors import MemstoreError
-from memstore.records import MAX_PAGE_SIZE, FactFilter
+from memstore.errors import DuplicateFactError, FactNotFoundError, InvalidFactError, StorageWriteError
 from memstore.scope import resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
-from memstore.update_apply import trim_facts_to_max
+from memstore.storage.records import MAX_PAGE_SIZE, FactFilter
+from memstore.update.apply import trim_facts_to_max
 
 Fact = dict[str, Any]
 
 MANUAL_SOURCE = "manual"
-DEFAULT_CATEGORY = "context"
-
-
-class DuplicateFactError(MemstoreError, ValueError):
-    """A fact with the same content key (``strip().casefold()``) already exists in the scope."""
-
-    def __init__(self, existing_id: object) -> None:
-        super().__init__(f"Duplicate fact: the same content is already stored as {existing_id}")
-        self.existing_id = existing_id
 
 
 def get_memory_data(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
@@ -62,14 +54,14 @@ def import_memory_data(
         raise TypeError(f"memory must be a document dict, got {type(memory).__name__}")
     storage = get_memory_storage()
     if not storage.save(memory, agent_name, user_id=user_id, origin="import"):
-        raise OSError("Failed to save imported memory data")
+        raise StorageWriteError("Failed to save imported memory data")
     return storage.reload(agent_name, user_id=user_id)
 
 
 def clear_memory_data(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
     """Empty the scope's memory. Updates queued before the clear will not refill it (SQL provider)."""
     if not get_memory_storage().clear(agent_name, user_id=user_id):
-        raise OSError("Failed to save cleared memory data")
+        raise StorageWriteError("Failed to save cleared memory data")
     return create_empty_memory()
 
 
@@ -137,7 +129,7 @@ def update_memory_fact(
     facts = _facts_of(memory)
     index = next((i for i, fact in enumerate(facts) if fact.get("id") == fact_id), None)
     if index is None:
-        raise KeyError(fact_id)
+        raise FactNotFoundError(fact_id)
     changed = dict(facts[index])
     if content is not None:
         changed["content"] = _validate_content(content)
@@ -159,7 +151,7 @@ def delete_memory_fact(
     facts = _facts_of(memory)
     kept = [fact for fact in facts if fact.get("id") != fact_id]
     if len(kept) == len(facts):
-        raise KeyError(fact_id)
+        raise FactNotFoundError(fact_id)
     updated = dict(memory)
     updated["facts"] = kept
     _save(updated, agent_name, user_id, "Failed to save memory after deleting a fact")
@@ -238,25 +230,25 @@ def _refuse_duplicate(facts: list[Fact], content: str, *, ignore_id: object) -> 
 
 def _save(memory: MemoryDocument, agent_name: str | None, user_id: str | None, message: str) -> None:
     if not get_memory_storage().save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE):
-        raise OSError(message)
+        raise StorageWriteError(message)
 
 
 def _validate_content(content: object) -> str:
     if not isinstance(content, str) or not content.strip():
-        raise ValueError("content")
+        raise InvalidFactError("content", "Memory fact content cannot be empty.")
     return content.strip()
 
 
 def _validate_category(category: object) -> str:
     if not isinstance(category, str):
-        raise ValueError("category")
+        raise InvalidFactError("category", "Memory fact category must be a string.")
     return category.strip() or DEFAULT_CATEGORY
 
 
 def _validate_confidence(confidence: object) -> float:
     if isinstance(confidence, bool) or not isinstance(confidence, int | float):
-        raise ValueError("confidence")
+        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
     value = float(confidence)
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ValueError("confidence")
+        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
     return value

@@ -64,16 +64,15 @@ from memstore.document import (
     format_timestamp,
     new_fact_id,
 )
-from memstore.errors import StorageUnavailableError
-from memstore.records import FactFilter, FactPage, HistoryEntry, MemoryStats
+from memstore.errors import MalformedDocumentError, StorageUnavailableError
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
+from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
 from memstore.storage.sql import maintenance, queries
 from memstore.storage.sql.codec import (
     EMPTY_SECTION,
     FactValues,
     IncomingDocument,
-    MalformedDocumentError,
     SectionValues,
     copy_json,
     decode_section,
@@ -422,7 +421,7 @@ class SqlMemoryStorage(MemoryStorage):
             self._cache[scope] = cached
         return cast(MemoryDocument, copy_json(cached[1]))
 
-    # --- StorageOperations (memstore.queries): cross-scope reads and maintenance -------------
+    # --- StorageOperations (memstore.ops.queries): cross-scope reads and maintenance -------------
 
     def query_facts(self, where: FactFilter, *, search: str | None, limit: int, offset: int) -> FactPage:
         return queries.query_facts(self._reader, where, search=search, limit=limit, offset=offset)

@@ -1,4 +1,4 @@
-"""Choose which turns of a conversation feed long-term memory, and spot feedback signals in them.
+"""Choose which turns of a conversation feed long-term memory.
 
 Memory is built from what the user said and the answers they saw. Tool chatter, system prompts
 and framework-injected hidden messages (including the injected ``<memory>`` block itself) are
@@ -8,10 +8,10 @@ left out: feeding them back would let memory re-extract itself on every turn.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from memstore.message_access import (
+from memstore.capture.message_access import (
     message_additional_kwargs,
     message_text,
     message_tool_calls,
@@ -19,49 +19,7 @@ from memstore.message_access import (
     with_content,
 )
 
-SIGNAL_WINDOW = 6
-"""How many of the most recent messages the signal detectors look at."""
-
 UPLOAD_BLOCK_RE = re.compile(r"<uploaded_files>[\s\S]*?</uploaded_files>\n*", re.IGNORECASE)
-
-# Each list is one behaviour contract (English and Chinese); they are OR-ed into one regex so a
-# scan is a single pass. IGNORECASE only affects the Latin patterns.
-_CORRECTION_PATTERNS = (
-    r"\bthat(?:'s| is) (?:wrong|incorrect)\b",
-    r"\byou misunderstood\b",
-    r"\btry again\b",
-    r"\bredo\b",
-    r"不对",
-    r"你理解错了",
-    r"你理解有误",
-    r"重试",
-    r"重新来",
-    r"换一种",
-    r"改用",
-)
-_REINFORCEMENT_PATTERNS = (
-    r"\byes[,.]?\s+(?:exactly|perfect|that(?:'s| is) (?:right|correct|it))\b",
-    r"\bperfect(?:[.!?]|$)",
-    r"\bexactly\s+(?:right|correct)\b",
-    r"\bthat(?:'s| is)\s+(?:exactly\s+)?(?:right|correct|what i (?:wanted|needed|meant))\b",
-    r"\bkeep\s+(?:doing\s+)?that\b",
-    r"\bjust\s+(?:like\s+)?(?:that|this)\b",
-    r"\bthis is (?:great|helpful)\b(?:[.!?]|$)",
-    r"\bthis is what i wanted\b(?:[.!?]|$)",
-    r"对[，,]?\s*就是这样(?:[。！？!?.]|$)",
-    r"完全正确(?:[。！？!?.]|$)",
-    r"(?:对[，,]?\s*)?就是这个意思(?:[。！？!?.]|$)",
-    r"正是我想要的(?:[。！？!?.]|$)",
-    r"继续保持(?:[。！？!?.]|$)",
-)
-
-
-def _any_of(patterns: Sequence[str]) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?:{pattern})" for pattern in patterns), re.IGNORECASE)
-
-
-_CORRECTION = _any_of(_CORRECTION_PATTERNS)
-_REINFORCEMENT = _any_of(_REINFORCEMENT_PATTERNS)
 
 
 def _non_blank(value: object) -> bool:
@@ -124,24 +82,6 @@ def filter_messages_for_memory(messages: Iterable[Any]) -> list[Any]:
     return kept
 
 
-def _recent_human_texts(messages: Sequence[Any]) -> list[str]:
-    texts = (message_text(m).strip() for m in messages[-SIGNAL_WINDOW:] if message_type(m) == "human")
-    return [text for text in texts if text]
-
-
-def detect_correction(messages: Sequence[Any]) -> bool:
-    """Did the user recently tell the assistant it got something wrong?"""
-    return any(_CORRECTION.search(text) for text in _recent_human_texts(messages))
-
-
-def detect_reinforcement(messages: Sequence[Any]) -> bool:
-    """Did the user recently confirm the assistant's approach was right?
-
-    Callers should give a correction precedence: ``not correction and detect_reinforcement(...)``.
-    """
-    return any(_REINFORCEMENT.search(text) for text in _recent_human_texts(messages))
-
-
 def bound_conversation(messages: Sequence[Any], *, max_message_chars: int, max_total_chars: int) -> list[Any]:
     """The newest messages whose text fits ``max_total_chars``, each cut to ``max_message_chars``.
 
@@ -162,3 +102,21 @@ def bound_conversation(messages: Sequence[Any], *, max_message_chars: int, max_t
         total += len(text)
     kept.reverse()
     return kept
+
+
+def memory_turns(messages: Iterable[Any]) -> Iterator[tuple[str, str]]:
+    """``(kind, text)`` of each human or AI turn with something to learn from, in order.
+
+    Upload blocks are stripped from human turns (the files will not outlive the thread), text is
+    stripped, and turns left empty are skipped. Both extractors read conversations through this.
+    """
+    for message in messages:
+        kind = message_type(message)
+        if kind not in ("human", "ai"):
+            continue
+        text = message_text(message)
+        if kind == "human":
+            text = UPLOAD_BLOCK_RE.sub("", text)
+        text = text.strip()
+        if text:
+            yield kind, text

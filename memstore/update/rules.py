@@ -1,7 +1,7 @@
 """A deterministic, offline extractor for installs without an LLM endpoint.
 
 It reads only the user's own turns and turns explicit first-person statements into the same
-update JSON an LLM would return, so the reply goes through the same parser and apply code.
+normalised ``MemoryUpdate`` the LLM path parses out of a reply, so the same apply code runs.
 It is plainly **lower-recall than an LLM**: it never infers, never rewrites history
 summaries and never removes facts.
 
@@ -40,15 +40,14 @@ questions (sentences ending in "?", "吗", "呢" are skipped), other languages, 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from memstore.capture.filtering import memory_turns
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, fact_content_key
-from memstore.message_access import message_text, message_type
-from memstore.messages import UPLOAD_BLOCK_RE
+from memstore.update.parser import MemoryUpdate, normalise_update
 
 WORK_SECTION, PERSONAL_SECTION, FOCUS_SECTION = USER_SECTIONS
 MAX_CAPTURE_CHARS = 200
@@ -321,10 +320,9 @@ def extract_findings(messages: Sequence[Any], *, correction_detected: bool = Fal
     """Facts stated by the user, deduplicated by content key, in conversation order."""
     findings: list[Finding] = []
     seen: set[str] = set()
-    for message in messages:
-        if message_type(message) != "human":
+    for kind, text in memory_turns(messages):
+        if kind != "human":
             continue
-        text = UPLOAD_BLOCK_RE.sub("", message_text(message)).strip()
         found = _statement_findings(text)
         if correction_detected or _EN_CORRECTION_SIGNAL.search(text) or _ZH_CORRECTION_SIGNAL.search(text):
             found += _correction_findings(text)
@@ -341,8 +339,8 @@ def extract_update(
     current_memory: MemoryDocument | None = None,
     *,
     correction_detected: bool = False,
-) -> str:
-    """The update JSON (as text, like an LLM reply) for ``messages``."""
+) -> MemoryUpdate:
+    """The normalised update for ``messages``: stated facts, and user summaries extended with them."""
     findings = extract_findings(messages, correction_detected=correction_detected)
     user: dict[str, dict[str, Any]] = {}
     for section in USER_SECTIONS:
@@ -359,10 +357,13 @@ def extract_update(
         if finding.source_error:
             fact["sourceError"] = finding.source_error
         new_facts.append(fact)
-    update = {
-        "user": user,
-        "history": {section: {"summary": "", "shouldUpdate": False} for section in HISTORY_SECTIONS},
-        "newFacts": new_facts,
-        "factsToRemove": [],
-    }
-    return json.dumps(update, ensure_ascii=False)
+    # The parser's normaliser applies the same caps an LLM reply gets (a summary grown past
+    # MAX_SUMMARY_CHARS by appending is not stored), without a JSON round trip.
+    return normalise_update(
+        {
+            "user": user,
+            "history": {section: {"summary": "", "shouldUpdate": False} for section in HISTORY_SECTIONS},
+            "newFacts": new_facts,
+            "factsToRemove": [],
+        }
+    )

@@ -26,8 +26,8 @@ import re
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
-from memstore.document import SECTION_GROUPS
-from memstore.errors import MemstoreError
+from memstore.document import DEFAULT_CATEGORY, SECTION_GROUPS
+from memstore.errors import MemoryUpdateParseError, UnsafeMemoryUpdateError
 
 REQUIRED_KEYS = frozenset({"user", "history", "newFacts"})
 DEFAULT_FACT_CONFIDENCE = 0.5
@@ -38,14 +38,6 @@ MAX_REPLY_CHARS = 1_000_000
 MAX_DECODE_FAILURES = 256
 MAX_DECODE_WORK = 16 * MAX_REPLY_CHARS
 _OPEN_BRACE = re.compile(r"\{")
-
-
-class MemoryUpdateParseError(MemstoreError, ValueError):
-    """The extractor's reply holds no usable memory update; nothing is saved."""
-
-
-class UnsafeMemoryUpdateError(MemoryUpdateParseError):
-    """The reply removes facts while some of its new facts are malformed; nothing is saved."""
 
 
 class SectionUpdate(TypedDict):
@@ -187,7 +179,7 @@ def normalise_fact(raw: object) -> NewFact | None:
     if confidence is None:
         return None
     category = storable_text(raw.get("category"), MAX_CATEGORY_CHARS)
-    fact: NewFact = {"content": content, "category": category or "context", "confidence": confidence}
+    fact: NewFact = {"content": content, "category": category or DEFAULT_CATEGORY, "confidence": confidence}
     source_error = storable_text(raw.get("sourceError"), MAX_FACT_CHARS)
     if source_error:
         fact["sourceError"] = source_error

@@ -12,15 +12,11 @@ from typing import Any
 from openai import OpenAI, OpenAIError
 
 from memstore.config import MemoryConfig
-from memstore.errors import ConfigError, MemstoreError
-from memstore.update_parser import extract_text
+from memstore.errors import ConfigError, LLMError
+from memstore.update.parser import extract_text
 
 # Local servers (vLLM, Ollama, LM Studio) ignore the key, but the client insists on one.
 PLACEHOLDER_API_KEY = "not-needed"
-
-
-class LLMError(MemstoreError):
-    """The endpoint could not produce a reply (network, HTTP status, timeout)."""
 
 
 class LLMClient:

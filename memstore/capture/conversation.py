@@ -1,0 +1,63 @@
+"""``ConversationContext``: one captured conversation, the single shape every later stage takes.
+
+The middleware or the flush hook builds it once, on the request (the only place that knows the
+user), and the queue, the updater and the extractor all receive it whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from memstore.capture.filtering import filter_messages_for_memory
+from memstore.capture.message_access import message_type
+from memstore.capture.signals import detect_correction, detect_reinforcement
+
+ConversationKey = tuple[str, str | None, str | None]
+
+
+@dataclass
+class ConversationContext:
+    """One pending conversation; ``user_id`` is captured by the producer, never on the worker."""
+
+    thread_id: str
+    """The conversation's thread; ``""`` when the caller has none (facts then get source ``unknown``)."""
+    messages: list[Any]
+    agent_name: str | None = None
+    user_id: str | None = None
+    correction_detected: bool = False
+    reinforcement_detected: bool = False
+    timestamp: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """When the conversation was captured: a store refuses it for a scope erased after this."""
+    attempts: int = 0
+    """Queue bookkeeping: processing attempts that ended in a storage outage."""
+    not_before: float = 0.0
+    """Queue bookkeeping: ``time.monotonic()`` before which a retry is not processed again."""
+
+    @property
+    def key(self) -> ConversationKey:
+        """The queue's coalescing key: one pending conversation per thread, user and agent."""
+        return (self.thread_id, self.user_id, self.agent_name)
+
+
+def capture_conversation(
+    messages: Iterable[Any], *, thread_id: str, user_id: str | None, agent_name: str | None
+) -> ConversationContext | None:
+    """The memory-relevant part of ``messages``; ``None`` unless a user message and an answer remain."""
+    filtered = filter_messages_for_memory(messages)
+    types = {message_type(message) for message in filtered}
+    if not {"human", "ai"} <= types:
+        return None
+    correction = detect_correction(filtered)
+    # A correction outranks praise in the same window: the updater should fix, not reinforce.
+    reinforcement = not correction and detect_reinforcement(filtered)
+    return ConversationContext(
+        thread_id,
+        filtered,
+        agent_name=agent_name,
+        user_id=user_id,
+        correction_detected=correction,
+        reinforcement_detected=reinforcement,
+    )

@@ -1,0 +1,1 @@
+"""Operations on stored memory outside the pipeline: fact edits, cross-scope queries, import/export."""

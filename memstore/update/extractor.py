@@ -1,0 +1,84 @@
+"""The ``Extractor`` seam: a conversation plus the current memory in, a normalised update out.
+
+Two implementations: ``LLMExtractor`` builds the prompt, calls the endpoint and parses the reply;
+``RulesExtractor`` reads explicit statements offline and builds the update directly. Which one
+runs is decided by ``resolve_extractor`` from the configuration.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from memstore.capture.conversation import ConversationContext
+from memstore.capture.filtering import memory_turns
+from memstore.config import MemoryConfig
+from memstore.document import MemoryDocument
+from memstore.errors import ConfigError
+from memstore.update.llm import LLMClient
+from memstore.update.parser import MemoryUpdate, parse_update_response
+from memstore.update.prompt import build_update_prompt
+from memstore.update.rules import extract_update
+
+ExtractorName = Literal["llm", "rules"]
+
+
+class Extractor(Protocol):
+    name: ExtractorName
+
+    def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
+        """The update ``context`` calls for, or ``None`` when its conversation holds nothing to learn."""
+        ...
+
+
+class LLMExtractor:
+    name: ExtractorName = "llm"
+
+    def __init__(self, client: LLMClient) -> None:
+        self._client = client
+
+    def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
+        prompt = build_update_prompt(
+            current,
+            context.messages,
+            correction_detected=context.correction_detected,
+            reinforcement_detected=context.reinforcement_detected,
+        )
+        if prompt is None:
+            return None
+        return parse_update_response(self._client.complete(prompt))
+
+
+class RulesExtractor:
+    name: ExtractorName = "rules"
+
+    def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
+        if next(memory_turns(context.messages), None) is None:
+            return None
+        return extract_update(context.messages, current, correction_detected=context.correction_detected)
+
+
+def resolve_extractor(config: MemoryConfig) -> ExtractorName:
+    """Which extractor ``config`` selects; ``auto`` means the LLM whenever an endpoint or key is set."""
+    has_endpoint = bool(config.llm_base_url) or config.llm_api_key is not None
+    if config.extractor == "rules":
+        return "rules"
+    if config.extractor == "llm":
+        if not has_endpoint:
+            raise ConfigError("extractor is 'llm' but neither llm_base_url nor llm_api_key is configured")
+        return "llm"
+    return "llm" if has_endpoint else "rules"
+
+
+def build_extractor(config: MemoryConfig, *, model_name: str | None = None) -> Extractor:
+    """The extractor ``config`` selects; ``model_name`` overrides ``config.model_name`` for the LLM."""
+    if resolve_extractor(config) == "rules":
+        return RulesExtractor()
+    return LLMExtractor(LLMClient(config, model_name=model_name))
+
+
+def describe_extractor(config: MemoryConfig) -> str:
+    """A one-line, secret-free description of the extractor ``config`` selects."""
+    if resolve_extractor(config) == "rules":
+        return "rule-based (offline, explicit statements only; lower recall than an LLM)"
+    endpoint = config.llm_base_url or "the OpenAI API"
+    return f"LLM {config.model_name or '(model_name not set)'} at {endpoint}"

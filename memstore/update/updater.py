@@ -1,0 +1,148 @@
+"""``MemoryUpdater``: load, extract, apply, save; one call per queued conversation.
+
+The whole path is synchronous and runs on the queue's worker thread. It never creates an
+event loop: when called from a thread that already runs one, it hands the work to a small
+thread pool and blocks on the result, exactly like a plain sync call would. Every failure
+is logged and reported as ``False`` so the queue keeps going; nothing is saved on failure.
+The one exception is an unreachable store: ``StorageUnavailableError`` propagates, because
+retrying later can succeed where a bad LLM reply never will, and the queue retries it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from memstore.capture.conversation import ConversationContext
+from memstore.config import MemoryConfig, get_memory_config
+from memstore.errors import MemstoreError, StorageUnavailableError
+from memstore.storage.loader import get_memory_storage
+from memstore.update.apply import apply_updates
+from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor
+
+logger = logging.getLogger(__name__)
+
+# Used only when an update is requested on a thread with a running event loop.
+_SYNC_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore-updater")
+
+
+class MemoryUpdater:
+    """Turns a conversation into an updated memory document for one scope."""
+
+    def __init__(self, model_name: str | None = None, *, config: MemoryConfig | None = None) -> None:
+        self._model_name = model_name
+        self._config = config
+        self._extractor: Extractor | None = None
+        self._extractor_config: MemoryConfig | None = None
+        self._extractor_lock = threading.Lock()
+
+    @property
+    def config(self) -> MemoryConfig:
+        return self._config or get_memory_config()
+
+    @property
+    def extractor_name(self) -> ExtractorName:
+        """The extractor the next update will use (``llm`` or ``rules``)."""
+        return resolve_extractor(self.config)
+
+    def _extractor_for(self, config: MemoryConfig) -> Extractor:
+        """The extractor for ``config``, built once and rebuilt only when the config object changes."""
+        with self._extractor_lock:
+            if self._extractor is None or self._extractor_config is not config:
+                self._extractor = build_extractor(config, model_name=self._model_name)
+                self._extractor_config = config
+            return self._extractor
+
+    def update(self, context: ConversationContext) -> bool:
+        """Update the context's scope from its conversation; ``True`` once the result is saved.
+
+        The store refuses an update for a scope erased or cleared after ``context.timestamp``.
+        Raises ``StorageUnavailableError`` when the store cannot be reached (nothing was saved).
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self._update_sync(context)
+        try:
+            return _SYNC_EXECUTOR.submit(self._update_sync, context).result()
+        except StorageUnavailableError:
+            raise
+        except Exception:
+            logger.exception(
+                "memory update for thread %s could not run off the event loop", context.thread_id
+            )
+            return False
+
+    def update_memory(
+        self,
+        messages: Sequence[Any],
+        thread_id: str | None = None,
+        agent_name: str | None = None,
+        correction_detected: bool = False,
+        reinforcement_detected: bool = False,
+        user_id: str | None = None,
+    ) -> bool:
+        """The reference's call shape: ``update`` for a conversation captured now."""
+        return self.update(
+            ConversationContext(
+                thread_id or "",
+                list(messages),
+                agent_name,
+                user_id,
+                correction_detected,
+                reinforcement_detected,
+            )
+        )
+
+    def _update_sync(self, context: ConversationContext) -> bool:
+        thread_id = context.thread_id
+        try:
+            config = self.config
+            if not config.enabled or not context.messages:
+                return False
+            storage = get_memory_storage()
+            current = storage.load(context.agent_name, user_id=context.user_id)
+            update = self._extractor_for(config).extract(context, current)
+            if update is None:
+                return False
+            updated = apply_updates(current, update, thread_id=thread_id, config=config)
+            saved = storage.save(
+                updated,
+                context.agent_name,
+                user_id=context.user_id,
+                origin=thread_id,
+                captured_at=context.timestamp,
+            )
+            if not saved:
+                logger.warning("memory update for thread %s was not saved (storage refused)", thread_id)
+                return False
+            return True
+        except StorageUnavailableError as exc:
+            logger.warning("memory update for thread %s could not reach the store: %s", thread_id, exc)
+            raise
+        except MemstoreError as exc:
+            # Expected failures (bad reply, malformed stored document, config, endpoint down)
+            # carry a clear message; a traceback would only add noise on every queued update.
+            logger.warning("memory update for thread %s skipped, memory left unchanged: %s", thread_id, exc)
+            return False
+        except Exception:
+            logger.exception("memory update for thread %s failed; memory left unchanged", thread_id)
+            return False
+
+
+def update_memory_from_conversation(
+    messages: Sequence[Any],
+    thread_id: str | None = None,
+    agent_name: str | None = None,
+    correction_detected: bool = False,
+    reinforcement_detected: bool = False,
+    user_id: str | None = None,
+) -> bool:
+    """One-shot convenience (the reference's function): a ``MemoryUpdater`` with the global config."""
+    return MemoryUpdater().update_memory(
+        messages, thread_id, agent_name, correction_detected, reinforcement_detected, user_id
+    )
