@@ -6,7 +6,7 @@ import math
 import secrets
 from collections.abc import Container
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 MemoryDocument = dict[str, Any]
 
@@ -26,11 +26,13 @@ def utc_now_iso_z() -> str:
 
 def format_timestamp(value: datetime) -> str:
     """ISO-8601 UTC with a ``Z`` suffix, the document's timestamp format."""
-    if value.tzinfo is None:  # SQLite hands back naive datetimes; we only ever store UTC.
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
+    return as_utc(value).isoformat().removesuffix("+00:00") + "Z"
 
 
+@overload
+def as_utc(value: datetime) -> datetime: ...
+@overload
+def as_utc(value: None) -> None: ...
 def as_utc(value: datetime | None) -> datetime | None:
     """``value`` as an aware UTC datetime: SQLite hands back naive ones, and we only ever store UTC."""
     if value is None:
@@ -45,10 +47,7 @@ def parse_timestamp(raw: object) -> datetime | None:
     if not isinstance(raw, str):
         return None
     try:
-        parsed = datetime.fromisoformat(raw)
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.astimezone(UTC)
+        return as_utc(datetime.fromisoformat(raw))
     except (ValueError, OverflowError):
         return None
 

@@ -22,8 +22,10 @@ from memstore.storage.sql.merge import (
     MergePlan,
     StoredFact,
     StoredSection,
-    _assign_positions,
     plan_merge,
+)
+from memstore.storage.sql.merge import (
+    assign_positions as _assign_positions,
 )
 
 # --- codec -----------------------------------------------------------------------------------------

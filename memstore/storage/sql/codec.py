@@ -385,3 +385,8 @@ def _parse_facts(raw_facts: object, known_facts: Mapping[str, KnownFact]) -> lis
         seen_ids.add(fact_id)
         facts.append(IncomingFact(encode_fact(raw, fact_id), given_id is None))
     return facts
+
+
+def json_object(value: object) -> dict[str, Any]:
+    """An ``extra`` column's value as a dict; anything else (NULL, a stray scalar) reads as empty."""
+    return value if isinstance(value, dict) else {}

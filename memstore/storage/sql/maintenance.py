@@ -15,13 +15,11 @@ from sqlalchemy.dialects import postgresql
 
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
 from memstore.storage.sql.fts_schema import FTS_TABLE
-from memstore.storage.sql.models import Base
-
-_scopes = Base.metadata.tables["memory_scopes"]
-_sections = Base.metadata.tables["memory_sections"]
-_facts = Base.metadata.tables["memory_facts"]
-_history = Base.metadata.tables["memory_history"]
-_erasures = Base.metadata.tables["memory_erasures"]
+from memstore.storage.sql.models import erasures_table as _erasures
+from memstore.storage.sql.models import facts_table as _facts
+from memstore.storage.sql.models import history_table as _history
+from memstore.storage.sql.models import scopes_table as _scopes
+from memstore.storage.sql.models import sections_table as _sections
 
 
 def user_digest(user_id: str) -> str:

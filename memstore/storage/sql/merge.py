@@ -11,17 +11,17 @@ Rules, per fact id:
   (first committer wins per fact);
 - tombstoned: deleted after ``base`` means deleted concurrently, so it stays deleted; deleted at
   or before ``base`` means the caller re-added it on purpose (an import), so it is revived;
-- unknown: inserted, unless a live fact already has its content key (dedup);
+- unknown: inserted, unless a live fact already has its content key (dedup, ``claim_content_keys``);
 - live in the store but absent from the document: added after ``base`` means added concurrently
   and kept; otherwise the caller deleted it and it is tombstoned.
 Sections take the caller's value only when it differs and the row is not newer than ``base``.
 Order: the document's order when ``base == current``, else the stored order with new facts
-appended. Finally ``max_facts`` tombstones the lowest-confidence facts (ties keep earlier ones).
+appended. Finally ``max_facts`` tombstones the lowest-confidence facts (``most_confident``).
 
 Rows are addressed by fact id (unique per scope), and a revived fact is written like a new one
-(an upsert), so a plan needs no row ids: ``plan_from_snapshot`` can then plan the common save --
-the caller loaded the revision the store is still at -- from this process's cached ``Snapshot``,
-without reading the rows, at a cost that follows the size of the change.
+(an upsert), so a plan needs no row ids. ``snapshot.plan_from_snapshot`` plans the common save
+from a cached snapshot with the same two rule functions. The audit rows a plan implies are
+derived from it by ``history.changes_of``.
 """
 
 from __future__ import annotations
@@ -29,8 +29,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from itertools import compress, count, repeat
-from operator import attrgetter, is_not, ne
 from typing import Any
 
 from memstore.storage.sql.codec import (
@@ -38,12 +36,10 @@ from memstore.storage.sql.codec import (
     FactValues,
     IncomingDocument,
     IncomingFact,
-    KnownFact,
-    KnownSection,
     SectionValues,
     decode_fact,
-    decode_section,
 )
+from memstore.storage.sql.history import Change, changes_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +58,13 @@ class StoredSection:
     revision: int
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
-    """One audit row: ``before``/``after`` are document-shaped dicts (None for insert/delete)."""
-
-    entity: str
-    entity_id: str
-    action: str
-    before: dict[str, Any] | None
-    after: dict[str, Any] | None
-
-
 @dataclass(slots=True)
 class MergePlan:
-    """The writes of one save (facts by id; ``inserts`` also revive tombstoned ids) and the result."""
+    """The writes of one save (facts by id; ``inserts`` also revive tombstoned ids) and the result.
+
+    ``fact_before`` and ``section_before`` hold the stored values of every updated or tombstoned
+    fact and every updated section, which is all the audit trail needs besides the writes.
+    """
 
     revision: int
     inserts: list[tuple[FactValues, int]] = field(default_factory=list)
@@ -85,7 +74,8 @@ class MergePlan:
     section_inserts: list[tuple[str, SectionValues]] = field(default_factory=list)
     section_updates: list[tuple[str, SectionValues]] = field(default_factory=list)
     version: str | None = None
-    changes: list[Change] = field(default_factory=list)
+    fact_before: dict[str, dict[str, Any]] = field(default_factory=dict)
+    section_before: dict[str, SectionValues] = field(default_factory=dict)
     facts: list[FactValues] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     sections: dict[str, SectionValues] = field(default_factory=dict)
@@ -101,6 +91,58 @@ class MergePlan:
             or self.section_updates
             or self.version is not None
         )
+
+    @property
+    def changes(self) -> list[Change]:
+        """The audit rows this plan implies (see ``history.py``)."""
+        return changes_of(self)
+
+    def tombstone(self, fact_id: str, before: dict[str, Any]) -> None:
+        self.tombstones.append(fact_id)
+        self.fact_before[fact_id] = before
+
+    def update(self, values: FactValues, position: int, before: dict[str, Any]) -> None:
+        self.updates.append((values, position))
+        self.fact_before[values.fact_id] = before
+
+
+def claim_content_keys(
+    edits: Sequence[tuple[str, str]], adds: Sequence[str], is_taken: Callable[[str], bool]
+) -> tuple[list[bool], list[bool]]:
+    """The dedup rule, for both planners: which edits and adds may keep their content key.
+
+    ``is_taken`` says whether a fact the save leaves unchanged holds a key: those claim first.
+    Then edits claim in order (``(new key, stored key)``; an edit that collides is undone and
+    keeps its stored key), then adds in order (one that collides is dropped).
+    """
+    claimed: set[str] = set()
+
+    def taken(key: str) -> bool:
+        return key in claimed or is_taken(key)
+
+    edit_wins: list[bool] = []
+    for new_key, stored_key in edits:
+        wins = not taken(new_key)
+        claimed.add(new_key if wins else stored_key)
+        edit_wins.append(wins)
+    add_wins: list[bool] = []
+    for key in adds:
+        wins = not taken(key)
+        if wins:
+            claimed.add(key)
+        add_wins.append(wins)
+    return edit_wins, add_wins
+
+
+def most_confident(facts: Sequence[FactValues], max_facts: int) -> set[int] | None:
+    """The cap rule, for both planners: indexes of the ``max_facts`` most confident facts.
+
+    Stable, so ties keep earlier facts; ``None`` when nothing is over the cap.
+    """
+    if len(facts) <= max_facts:
+        return None
+    ranked = sorted(range(len(facts)), key=lambda index: -facts[index].confidence)
+    return set(ranked[:max_facts])
 
 
 class _Kind(Enum):
@@ -143,7 +185,7 @@ def plan_merge(
     else:
         entries = _fact_entries(incoming.facts, stored_facts, live, base, current, new_id, plan)
         _write_facts(_cap(_dedup(entries), max_facts, plan), plan)
-    _merge_sections(incoming, stored_sections, base, plan)
+    merge_sections(incoming, stored_sections, base, plan)
     if incoming.version is not None and incoming.version != stored_version:
         plan.version = incoming.version
     return plan
@@ -184,7 +226,7 @@ def _fact_entries(
         if row.added_revision > base:
             concurrent.append(_Entry(_Kind.KEEP, row.values, row))
         else:
-            _tombstone(row.values.fact_id, decode_fact(row.values), plan)
+            plan.tombstone(row.values.fact_id, decode_fact(row.values))
     if base == current:
         return from_document + concurrent
     # Merge mode: the stored order first, then what the caller added, in the caller's order.
@@ -205,45 +247,31 @@ def _reroll_id(values: FactValues, taken: set[str], new_id: Callable[[], str]) -
 
 
 def _dedup(entries: list[_Entry]) -> list[_Entry]:
-    """Keep content keys unique among live facts: unchanged rows claim first, then edits, then adds.
-
-    An edit that would collide is reverted to the stored value; an add that collides is dropped.
-    """
-    claimed = {entry.values.content_key for entry in entries if entry.kind is _Kind.KEEP}
-    for entry in entries:
-        if entry.kind is _Kind.UPDATE:
-            if entry.values.content_key in claimed and entry.row is not None:
-                entry.kind, entry.values = _Kind.KEEP, entry.row.values
-            claimed.add(entry.values.content_key)
-    kept: list[_Entry] = []
-    for entry in entries:
-        if entry.kind in (_Kind.REVIVE, _Kind.INSERT):
-            if entry.values.content_key in claimed:
-                continue
-            claimed.add(entry.values.content_key)
-        kept.append(entry)
-    return kept
+    """Apply ``claim_content_keys``: a colliding edit reverts to the stored value, a colliding add goes."""
+    kept_keys = {entry.values.content_key for entry in entries if entry.kind is _Kind.KEEP}
+    edits = [entry for entry in entries if entry.kind is _Kind.UPDATE and entry.row is not None]
+    adds = [entry for entry in entries if entry.kind in (_Kind.REVIVE, _Kind.INSERT)]
+    edit_wins, add_wins = claim_content_keys(
+        [(entry.values.content_key, entry.row.values.content_key) for entry in edits if entry.row],
+        [entry.values.content_key for entry in adds],
+        kept_keys.__contains__,
+    )
+    for entry, wins in zip(edits, edit_wins, strict=True):
+        if not wins and entry.row is not None:
+            entry.kind, entry.values = _Kind.KEEP, entry.row.values
+    dropped = {id(entry) for entry, wins in zip(adds, add_wins, strict=True) if not wins}
+    return [entry for entry in entries if id(entry) not in dropped]
 
 
 def _cap(entries: list[_Entry], max_facts: int, plan: MergePlan) -> list[_Entry]:
-    """Drop the lowest-confidence facts beyond ``max_facts``; stable, so ties keep earlier facts."""
-    if len(entries) <= max_facts:
+    """Apply ``most_confident``: stored facts beyond ``max_facts`` are tombstoned."""
+    keep = most_confident([entry.values for entry in entries], max_facts)
+    if keep is None:
         return entries
-    keep = _most_confident([entry.values for entry in entries], max_facts)
     for index, entry in enumerate(entries):
         if index not in keep and entry.row is not None and entry.kind is not _Kind.REVIVE:
-            _tombstone(entry.row.values.fact_id, decode_fact(entry.row.values), plan)
+            plan.tombstone(entry.row.values.fact_id, decode_fact(entry.row.values))
     return [entry for index, entry in enumerate(entries) if index in keep]
-
-
-def _most_confident(facts: list[FactValues], max_facts: int) -> set[int]:
-    ranked = sorted(range(len(facts)), key=lambda index: -facts[index].confidence)
-    return set(ranked[:max_facts])
-
-
-def _tombstone(fact_id: str, before: dict[str, Any], plan: MergePlan) -> None:
-    plan.tombstones.append(fact_id)
-    plan.changes.append(Change("fact", fact_id, "delete", before, None))
 
 
 def _write_facts(entries: list[_Entry], plan: MergePlan) -> None:
@@ -251,29 +279,19 @@ def _write_facts(entries: list[_Entry], plan: MergePlan) -> None:
         entry.row.position if entry.kind in (_Kind.KEEP, _Kind.UPDATE) and entry.row else None
         for entry in entries
     ]
-    plan.positions = _assign_positions(current)
+    plan.positions = assign_positions(current)
     for entry, position in zip(entries, plan.positions, strict=True):
         values, row = entry.values, entry.row
         if entry.kind in (_Kind.INSERT, _Kind.REVIVE):
-            _insert(values, position, plan)
+            plan.inserts.append((values, position))
         elif entry.kind is _Kind.UPDATE and row is not None:
-            _update(values, position, decode_fact(row.values), plan)
+            plan.update(values, position, decode_fact(row.values))
         elif row is not None and position != row.position:
             plan.moves.append((values.fact_id, position))
         plan.facts.append(values)
 
 
-def _insert(values: FactValues, position: int, plan: MergePlan) -> None:
-    plan.inserts.append((values, position))
-    plan.changes.append(Change("fact", values.fact_id, "insert", None, decode_fact(values)))
-
-
-def _update(values: FactValues, position: int, before: dict[str, Any], plan: MergePlan) -> None:
-    plan.updates.append((values, position))
-    plan.changes.append(Change("fact", values.fact_id, "update", before, decode_fact(values)))
-
-
-def _assign_positions(current: list[int | None]) -> list[int]:
+def assign_positions(current: list[int | None]) -> list[int]:
     """Strictly increasing positions that keep every stored position that is already in order.
 
     Positions only need to sort, not to be dense, so deleting or appending rewrites no other row.
@@ -288,9 +306,10 @@ def _assign_positions(current: list[int | None]) -> list[int]:
     return positions
 
 
-def _merge_sections(
+def merge_sections(
     incoming: IncomingDocument, stored: dict[str, StoredSection], base: int, plan: MergePlan
 ) -> None:
+    """Sections: the caller's value wins when it differs and the row is not newer than ``base``."""
     plan.sections = {name: section.values for name, section in stored.items()}
     for name, values in incoming.sections.items():
         row = stored.get(name)
@@ -301,169 +320,5 @@ def _merge_sections(
             plan.section_inserts.append((name, values))
         else:
             plan.section_updates.append((name, values))
+            plan.section_before[name] = row.values
         plan.sections[name] = values
-        plan.changes.append(
-            Change(
-                "section",
-                name,
-                "insert" if row is None else "update",
-                decode_section(row.values) if row is not None else None,
-                decode_section(values),
-            )
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """A scope's live rows at one revision, as this process last read or wrote them.
-
-    Successive snapshots share their entries: nothing in a snapshot may be mutated.
-    """
-
-    facts: dict[str, KnownFact]  # by fact id, in document order
-    positions: dict[str, int]
-    owners: dict[str, str]  # content key -> id of the live fact that has it
-    sections: dict[str, KnownSection]  # the stored section rows
-
-
-def snapshot_of(
-    facts: list[FactValues],
-    positions: list[int],
-    sections: dict[str, SectionValues],
-    previous: Snapshot | None = None,
-) -> Snapshot:
-    """The snapshot of these rows; entries whose values ``previous`` already holds are reused, not decoded."""
-    known = previous.facts if previous is not None else {}
-    ids = list(map(_ID, facts))
-    entries = dict(zip(ids, map(known.get, ids, repeat(_ABSENT)), strict=True))
-    fresh = list(compress(facts, map(is_not, map(_ENTRY_VALUES, entries.values()), facts)))
-    for values in fresh:
-        entries[values.fact_id] = KnownFact.of(values)
-    if previous is None:
-        owners = {values.content_key: values.fact_id for values in facts}
-    else:
-        owners = dict(previous.owners)
-        for fact_id in known.keys() - entries.keys() | {values.fact_id for values in fresh}:
-            old = known.get(fact_id)
-            if old is not None and owners.get(old.fact.values.content_key) == fact_id:
-                del owners[old.fact.values.content_key]
-        owners.update((values.content_key, values.fact_id) for values in fresh)
-    old_sections = previous.sections if previous is not None else {}
-    known_sections: dict[str, KnownSection] = {}
-    for name, section in sections.items():
-        old_section = old_sections.get(name)
-        if old_section is None or old_section.values is not section:
-            old_section = KnownSection(decode_section(section), section)
-        known_sections[name] = old_section
-    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections)
-
-
-def plan_from_snapshot(
-    incoming: IncomingDocument, snapshot: Snapshot, *, current: int, stored_version: str, max_facts: int
-) -> MergePlan | None:
-    """``plan_merge``'s plan for a document loaded at ``current`` while the store still holds ``snapshot``.
-
-    Unchanged facts cost a lookup each; only changed ones are compared, deduplicated and written.
-    None when the document has made-up ids: one could collide with a tombstone the snapshot omits.
-    """
-    plan = MergePlan(revision=current + 1)
-    if incoming.facts is None:
-        plan.facts = [entry.fact.values for entry in snapshot.facts.values()]
-        plan.positions = list(snapshot.positions.values())
-    elif not _facts_from_snapshot(incoming.facts, snapshot, max_facts, plan):
-        return None
-    stored = {name: StoredSection(known.values, current) for name, known in snapshot.sections.items()}
-    _merge_sections(incoming, stored, current, plan)
-    if incoming.version is not None and incoming.version != stored_version:
-        plan.version = incoming.version
-    return plan
-
-
-def _facts_from_snapshot(
-    facts: list[IncomingFact], snapshot: Snapshot, max_facts: int, plan: MergePlan
-) -> bool:
-    """The fact writes of ``plan_merge`` with ``base == current``: the same rules, applied to the diff.
-
-    Passes over every fact are C-level (map, compress); Python code runs only for changed facts.
-    """
-    if any(map(_GENERATED, facts)):
-        return False
-    known = snapshot.facts
-    stored = list(map(known.get, map(_FACT_ID, facts), repeat(_ABSENT)))
-    changed = list(compress(count(), map(is_not, map(_FACT, stored), facts)))
-    added = [index for index in changed if stored[index] is _ABSENT]
-    edited = [
-        index
-        for index in changed
-        if stored[index] is not _ABSENT and not stored[index].fact.values.same_as(facts[index].values)
-    ]
-    gone: set[str] = set()
-    if len(facts) - len(added) < len(known):  # ids are unique, so some stored fact is missing
-        mentioned = set(map(_FACT_ID, facts))
-        for fact_id, entry in known.items():
-            if fact_id not in mentioned:
-                gone.add(fact_id)
-                _tombstone(fact_id, entry.raw, plan)
-    # As _dedup: unchanged facts claim their content keys first, then edits in order, then adds.
-    gone.update(facts[index].values.fact_id for index in edited)
-    claimed: set[str] = set()
-
-    def taken(key: str) -> bool:
-        owner = snapshot.owners.get(key)
-        return key in claimed or (owner is not None and owner not in gone)
-
-    chosen: set[int] = set()
-    for index in edited:
-        if taken(facts[index].values.content_key):
-            claimed.add(stored[index].fact.values.content_key)
-        else:
-            claimed.add(facts[index].values.content_key)
-            chosen.add(index)
-    for index in added:
-        if not taken(facts[index].values.content_key):
-            claimed.add(facts[index].values.content_key)
-            chosen.add(index)
-    # Unchanged facts carry their stored values; an unchosen edit is undone, an unchosen add dropped.
-    final = list(map(_VALUES, facts))
-    for index in changed:
-        if index not in chosen and stored[index] is not _ABSENT:
-            final[index] = stored[index].fact.values
-    order: Sequence[int] = range(len(facts))
-    dropped = {index for index in added if index not in chosen}
-    if dropped:
-        order = [index for index in order if index not in dropped]
-        final = [final[index] for index in order]
-    if len(final) > max_facts:
-        keep = _most_confident(final, max_facts)
-        for rank, index in enumerate(order):
-            if rank not in keep and stored[index] is not _ABSENT:
-                _tombstone(final[rank].fact_id, stored[index].raw, plan)
-        order = [index for rank, index in enumerate(order) if rank in keep]
-        final = [values for rank, values in enumerate(final) if rank in keep]
-    current = list(map(snapshot.positions.get, map(_ID, final)))
-    plan.facts, plan.positions = final, _assign_positions(current)
-    updates = [index for index in edited if index in chosen]
-    if updates and not isinstance(order, range):
-        rank_of = {index: rank for rank, index in enumerate(order)}
-        updates = [rank_of[index] for index in updates if index in rank_of]
-    for rank in sorted({*compress(count(), map(ne, plan.positions, current)), *updates}):
-        values, position, old = final[rank], plan.positions[rank], current[rank]
-        if old is None:
-            _insert(values, position, plan)
-        elif order[rank] in chosen:
-            _update(values, position, stored[order[rank]].raw, plan)
-        else:
-            plan.moves.append((values.fact_id, position))
-    return True
-
-
-_GENERATED = attrgetter("generated_id")
-_FACT_ID = attrgetter("values.fact_id")
-_FACT = attrgetter("fact")
-_VALUES = attrgetter("values")
-_ID = attrgetter("fact_id")
-_ENTRY_VALUES = attrgetter("fact.values")
-# Stands in for "not in the snapshot", so C-level passes need no None checks.
-_ABSENT = KnownFact(
-    {}, IncomingFact(FactValues("", "", "", 0.0, None, None, None, {}), generated_id=False), ()
-)

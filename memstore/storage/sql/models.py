@@ -8,7 +8,7 @@ instead of resurrecting what another writer deleted.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -21,6 +21,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     func,
     text,
@@ -181,3 +182,15 @@ class MemoryErasure(Base):
     erased_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
 
     __table_args__ = (Index("ix_memory_erasures_erased_at", "erased_at"),)
+
+
+def _table(model: type[Base]) -> Table:
+    return cast(Table, model.__table__)
+
+
+# The table registry: Core statements use these, so each table is named in one place.
+scopes_table = _table(MemoryScope)
+sections_table = _table(MemorySection)
+facts_table = _table(MemoryFact)
+history_table = _table(MemoryHistory)
+erasures_table = _table(MemoryErasure)

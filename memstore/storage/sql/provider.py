@@ -4,46 +4,26 @@ Loads: one cheap revision query validates the per-instance cache; a miss reads t
 sections and live facts in one UNION statement (one consistent snapshot, one round trip).
 
 Saves: one transaction that takes the scope's write lock first (``BEGIN IMMEDIATE`` on SQLite,
-``SELECT ... FOR UPDATE`` on PostgreSQL), merges the document into the stored rows (see
-``merge.py``), writes only the rows that changed plus one audit row per change, and bumps the
-scope's revision. A save that changes nothing writes nothing and keeps the revision.
+``SELECT ... FOR UPDATE`` on PostgreSQL), merges the document into the stored rows
+(``merge.py``), writes only the rows that changed plus the audit rows derived from them
+(``history.py``), and bumps the scope's revision. ``write.py`` holds the transaction's steps.
+A save that changes nothing writes nothing and keeps the revision.
 
-The cache keeps, next to each document, a ``Snapshot`` of its rows. A save of a document loaded
-at the revision the store is still at (the usual case: no concurrent writer) is parsed and planned
-against the snapshot, without re-encoding unchanged facts or reading the rows, so its cost follows
-the size of the change; anything else takes the full merge over the stored rows.
+The cache (``cache.py``) keeps, next to each document, a ``Snapshot`` of its rows. A save of a
+document loaded at the revision the store is still at (the usual case: no concurrent writer) is
+parsed and planned against the snapshot (``snapshot.py``), without re-encoding unchanged facts or
+reading the rows, so its cost follows the size of the change; anything else takes the full merge
+over the stored rows.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from operator import attrgetter
-from typing import Any, cast
+from typing import cast
 
-from sqlalchemy import (
-    JSON,
-    Connection,
-    Engine,
-    Row,
-    Table,
-    Text,
-    and_,
-    bindparam,
-    func,
-    insert,
-    literal_column,
-    null,
-    or_,
-    select,
-    type_coerce,
-    union_all,
-    update,
-)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     DBAPIError,
@@ -53,251 +33,34 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 from sqlalchemy.exc import TimeoutError as SATimeoutError
-from sqlalchemy.sql.elements import ColumnClause
 
 from memstore.config import get_memory_config
-from memstore.document import (
-    HISTORY_SECTIONS,
-    USER_SECTIONS,
-    MemoryDocument,
-    create_empty_memory,
-    format_timestamp,
-    new_fact_id,
-)
+from memstore.document import MemoryDocument, create_empty_memory
 from memstore.errors import MalformedDocumentError, StorageUnavailableError
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
 from memstore.storage.sql import maintenance, queries
-from memstore.storage.sql.codec import (
-    EMPTY_SECTION,
-    FactValues,
-    IncomingDocument,
-    SectionValues,
-    copy_json,
-    decode_section,
-    parse_document,
-)
+from memstore.storage.sql.cache import CacheEntry, entry_after, entry_from_rows, stamp
+from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, database_url_from_config, get_engine, mask_url
-from memstore.storage.sql.merge import (
-    MergePlan,
-    Snapshot,
-    StoredFact,
-    StoredSection,
-    plan_from_snapshot,
-    plan_merge,
-    snapshot_of,
-)
 from memstore.storage.sql.migrate import prepare_database
-from memstore.storage.sql.models import Base
+from memstore.storage.sql.statements import (
+    INSERT_SCOPE,
+    LOAD_QUERY,
+    LOCK_QUERY,
+    MARK_CLEARED,
+    STAMP_QUERY,
+    UPDATE_SCOPE,
+    scope_keys,
+)
+from memstore.storage.sql.write import apply_plan, late_write, plan_save
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_ORIGIN = "unknown"
 CLEAR_ORIGIN = "erase"
 MAX_ORIGIN = 255
-
-# (scope row id, revision, created_at): the row id and creation time catch a scope that was
-# erased and re-created up to the same revision number.
-_Stamp = tuple[int, int, datetime]
-# What the cache holds per scope: the stamp, the document (never handed out: load copies it) and
-# the snapshot a save plans against.
-_Cached = tuple[_Stamp, MemoryDocument, Snapshot]
-_AnyRow = Row[*tuple[Any, ...]]
-
-_scopes: Table = Base.metadata.tables["memory_scopes"]
-_sections: Table = Base.metadata.tables["memory_sections"]
-_facts: Table = Base.metadata.tables["memory_facts"]
-_history: Table = Base.metadata.tables["memory_history"]
-
-# Literal '' (not a bound parameter) so the predicate matches the COALESCE unique index.
-_EMPTY: ColumnClause[Any] = literal_column("''")
-_SCOPE_MATCH = and_(
-    func.coalesce(_scopes.c.user_id, _EMPTY) == bindparam("user_key"),
-    func.coalesce(_scopes.c.agent_name, _EMPTY) == bindparam("agent_key"),
-)
-_SCOPE_COLUMNS = (
-    _scopes.c.id.label("scope_id"),
-    _scopes.c.revision,
-    _scopes.c.version,
-    _scopes.c.created_at.label("scope_created_at"),
-    _scopes.c.updated_at.label("scope_updated_at"),
-)
-
-_STAMP_QUERY = select(_scopes.c.id, _scopes.c.revision, _scopes.c.created_at).where(_SCOPE_MATCH)
-_LOCK_QUERY = (
-    select(*_SCOPE_COLUMNS, _scopes.c.cleared_at, _scopes.c.purged_revision)
-    .where(_SCOPE_MATCH)
-    .with_for_update()
-)
-_MARK_CLEARED = (
-    update(_scopes)
-    .where(_scopes.c.id == bindparam("b_id"))
-    .values(cleared_at=bindparam("b_now", type_=_scopes.c.cleared_at.type))
-)
-# Stamps and ``extra`` come back as the driver gives them (text on SQLite) and are parsed in
-# _document_from_rows: SQLAlchemy's per-row DateTime/JSON processors were a third of a cold load.
-_RAW = Text()
-_LOAD_QUERY = union_all(
-    select(
-        *_SCOPE_COLUMNS,
-        literal_column("'f'").label("kind"),
-        _facts.c.fact_id.label("name"),
-        _facts.c.position,
-        _facts.c.content.label("text"),
-        _facts.c.category,
-        _facts.c.confidence,
-        type_coerce(_facts.c.created_at, _RAW).label("stamp"),
-        _facts.c.source,
-        _facts.c.source_error,
-        type_coerce(_facts.c.extra, _RAW).label("extra"),
-    )
-    .select_from(
-        _scopes.outerjoin(
-            _facts, and_(_facts.c.scope_id == _scopes.c.id, _facts.c.deleted_revision.is_(None))
-        )
-    )
-    .where(_SCOPE_MATCH),
-    select(
-        *_SCOPE_COLUMNS,
-        literal_column("'s'"),
-        _sections.c.section,
-        null(),
-        _sections.c.summary,
-        null(),
-        null(),
-        type_coerce(_sections.c.updated_at, _RAW),
-        null(),
-        null(),
-        type_coerce(_sections.c.extra, _RAW),
-    )
-    .select_from(_scopes.join(_sections, _sections.c.scope_id == _scopes.c.id))
-    .where(_SCOPE_MATCH),
-)
-_SECTIONS_QUERY = select(
-    _sections.c.section, _sections.c.summary, _sections.c.updated_at, _sections.c.revision, _sections.c.extra
-).where(_sections.c.scope_id == bindparam("scope_id"))
-# Live rows plus the tombstones of ids the document mentions: never the whole tombstone history.
-_FACTS_QUERY = select(
-    _facts.c.id,
-    _facts.c.fact_id,
-    _facts.c.position,
-    _facts.c.content,
-    _facts.c.category,
-    _facts.c.confidence,
-    _facts.c.created_at,
-    _facts.c.source,
-    _facts.c.source_error,
-    _facts.c.extra,
-    _facts.c.added_revision,
-    _facts.c.updated_revision,
-    _facts.c.deleted_revision,
-).where(
-    _facts.c.scope_id == bindparam("scope_id"),
-    or_(
-        _facts.c.deleted_revision.is_(None),
-        _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True)),
-    ),
-)
-
-
-_FACT_COLUMNS = (
-    "position",
-    "content",
-    "content_key",
-    "category",
-    "confidence",
-    "created_at",
-    "source",
-    "source_error",
-    "extra",
-    "updated_revision",
-)
-# Fact rows are addressed by (scope_id, fact_id), unique per scope: plans need no row ids.
-_FACT_MATCH = and_(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_fact_id"))
-_UPDATE_FACT = (
-    update(_facts)
-    .where(_FACT_MATCH)
-    .values(**{name: bindparam("b_" + name, type_=_facts.c[name].type) for name in _FACT_COLUMNS})
-)
-_MOVE_FACT = update(_facts).where(_FACT_MATCH).values(position=bindparam("b_position"))
-_TOMBSTONE_FACTS = (
-    update(_facts)
-    .where(
-        _facts.c.scope_id == bindparam("b_scope_id"),
-        _facts.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
-    )
-    .values(
-        deleted_revision=bindparam("b_revision"),
-        deleted_at=bindparam("b_now", type_=_facts.c.deleted_at.type),
-    )
-)
-
-
-def _insert_facts(dialect: Any) -> Any:
-    """INSERT ... ON CONFLICT DO UPDATE: a new fact, or the revival of its tombstoned row.
-
-    A fast-path save does not read tombstones, so it cannot tell the two apart; the database can.
-    """
-    statement = dialect.insert(_facts)
-    revived = {name: statement.excluded[name] for name in (*_FACT_COLUMNS, "added_revision")}
-    return statement.on_conflict_do_update(
-        index_elements=[_facts.c.scope_id, _facts.c.fact_id],
-        set_={**revived, "deleted_revision": None, "deleted_at": None},
-    )
-
-
-_INSERT_FACTS = {"sqlite": _insert_facts(sqlite), "postgresql": _insert_facts(postgresql)}
-_UPDATE_SECTION = (
-    update(_sections)
-    .where(_sections.c.scope_id == bindparam("b_scope_id"), _sections.c.section == bindparam("b_section"))
-    .values(
-        summary=bindparam("b_summary"),
-        updated_at=bindparam("b_updated_at", type_=_sections.c.updated_at.type),
-        extra=bindparam("b_extra", type_=_sections.c.extra.type),
-        revision=bindparam("b_revision"),
-    )
-)
-_UPDATE_SCOPE = (
-    update(_scopes)
-    .where(_scopes.c.id == bindparam("b_id"))
-    .values(
-        revision=bindparam("b_revision"),
-        version=bindparam("b_version"),
-        updated_at=bindparam("b_now", type_=_scopes.c.updated_at.type),
-    )
-)
-# before/after are SQL NULL (not JSON null) for inserts and deletes, so "before IS NULL" works.
-_NULLABLE_JSON = JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
-_INSERT_HISTORY = insert(_history).values(
-    scope_id=bindparam("b_scope_id"),
-    revision=bindparam("b_revision"),
-    changed_at=bindparam("b_now", type_=_history.c.changed_at.type),
-    entity=bindparam("b_entity"),
-    entity_id=bindparam("b_entity_id"),
-    action=bindparam("b_action"),
-    origin=bindparam("b_origin"),
-    before=bindparam("b_before", type_=_NULLABLE_JSON),
-    after=bindparam("b_after", type_=_NULLABLE_JSON),
-)
-
-
-def _insert_scope(dialect: Any) -> Any:
-    """INSERT ... ON CONFLICT DO NOTHING: concurrent first saves of a scope create one row."""
-    return (
-        dialect.insert(_scopes)
-        .values(
-            user_id=bindparam("user_id"),
-            agent_name=bindparam("agent_name"),
-            revision=0,
-            created_at=bindparam("now", type_=_scopes.c.created_at.type),
-            updated_at=bindparam("now", type_=_scopes.c.updated_at.type),
-        )
-        .on_conflict_do_nothing()
-    )
-
-
-_INSERT_SCOPE = {"sqlite": _insert_scope(sqlite), "postgresql": _insert_scope(postgresql)}
 
 _prepared: set[str] = set()
 _prepared_lock = threading.Lock()
@@ -318,8 +81,8 @@ class SqlMemoryStorage(MemoryStorage):
             if self._engine.dialect.name == "postgresql"
             else self._engine
         )
-        self._insert_scope = _INSERT_SCOPE[self._engine.dialect.name]
-        self._cache: dict[Scope, _Cached] = {}
+        self._insert_scope = INSERT_SCOPE[self._engine.dialect.name]
+        self._cache: dict[Scope, CacheEntry] = {}
         self._lock = threading.Lock()
         try:
             _prepare_once(self._engine, auto_migrate=config.auto_migrate)
@@ -343,8 +106,8 @@ class SqlMemoryStorage(MemoryStorage):
         try:
             if cached is not None:
                 with self._reader.connect() as conn:
-                    row = conn.execute(_STAMP_QUERY, _scope_keys(scope)).first()
-                if row is not None and _stamp(row) == cached[0]:
+                    row = conn.execute(STAMP_QUERY, scope_keys(scope)).first()
+                if row is not None and stamp(row) == cached[0]:
                     return cast(MemoryDocument, copy_json(cached[1]))
             return self._read(scope)
         except DBAPIError as exc:
@@ -409,14 +172,14 @@ class SqlMemoryStorage(MemoryStorage):
 
     def _read(self, scope: Scope) -> MemoryDocument:
         with self._reader.connect() as conn:
-            rows = conn.execute(_LOAD_QUERY, _scope_keys(scope)).all()
+            rows = conn.execute(LOAD_QUERY, scope_keys(scope)).all()
         if not rows:
             with self._lock:
                 self._cache.pop(scope, None)
             document = create_empty_memory()
             document["revision"] = 0
             return document
-        cached = _cached_from_rows(rows)
+        cached = entry_from_rows(rows)
         with self._lock:
             self._cache[scope] = cached
         return cast(MemoryDocument, copy_json(cached[1]))
@@ -464,39 +227,39 @@ class SqlMemoryStorage(MemoryStorage):
         *,
         captured_at: datetime | None = None,
         clear: bool = False,
-        cached: _Cached | None = None,
-    ) -> _Cached | None:
+        cached: CacheEntry | None = None,
+    ) -> CacheEntry | None:
         """Run the save transaction; returns what to cache, or None when there is nothing to cache.
 
         ``cached`` is the cache entry ``incoming`` was parsed against, for the fast path.
         """
-        keys = _scope_keys(scope)
+        keys = scope_keys(scope)
         now = datetime.now(UTC)
         with self._engine.connect() as conn:
             conn.execution_options(**{SQLITE_WRITE_OPTION: True})
             with conn.begin() as transaction:
-                scope_row = conn.execute(_LOCK_QUERY, keys).first()
+                scope_row = conn.execute(LOCK_QUERY, keys).first()
                 created = scope_row is None
                 if scope_row is None:
                     conn.execute(
                         self._insert_scope, {"user_id": scope[0], "agent_name": scope[1], "now": now}
                     )
-                    scope_row = conn.execute(_LOCK_QUERY, keys).one()
-                refusal = _late_write(conn, scope, scope_row, incoming, captured_at, created=created)
+                    scope_row = conn.execute(LOCK_QUERY, keys).one()
+                refusal = late_write(conn, scope, scope_row, incoming, captured_at, created=created)
                 if refusal is not None:
                     transaction.rollback()
                     logger.warning("memory update for scope %s dropped: %s", scope, refusal)
                     return None
                 if clear:
-                    conn.execute(_MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
-                plan = self._plan(conn, scope_row, incoming, cached)
+                    conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
+                plan = plan_save(conn, scope_row, incoming, cached, self._max_facts)
                 if not plan.changed and clear:
                     return None
                 if not plan.changed:
                     transaction.rollback()
                     if created:
                         return None
-                    return _cached_after(
+                    return entry_after(
                         scope_row,
                         scope_row.version,
                         scope_row.scope_updated_at,
@@ -504,9 +267,9 @@ class SqlMemoryStorage(MemoryStorage):
                         plan,
                         cached,
                     )
-                _apply(conn, scope_row.scope_id, plan, now, origin)
+                apply_plan(conn, scope_row.scope_id, plan, now, origin)
                 conn.execute(
-                    _UPDATE_SCOPE,
+                    UPDATE_SCOPE,
                     {
                         "b_id": scope_row.scope_id,
                         "b_revision": plan.revision,
@@ -514,51 +277,7 @@ class SqlMemoryStorage(MemoryStorage):
                         "b_now": now,
                     },
                 )
-        return _cached_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
-
-    def _plan(
-        self, conn: Connection, scope_row: _AnyRow, incoming: IncomingDocument, cached: _Cached | None
-    ) -> MergePlan:
-        """Plan against the cached snapshot if store and caller are both at its revision, else the rows."""
-        current = scope_row.revision
-        if cached is not None and incoming.revision == current and cached[0] == _stamp_of(scope_row, current):
-            plan = plan_from_snapshot(
-                incoming,
-                cached[2],
-                current=current,
-                stored_version=scope_row.version,
-                max_facts=self._max_facts,
-            )
-            if plan is not None:
-                return plan
-        scope_id = scope_row.scope_id
-        sections = {
-            row.section: StoredSection(
-                SectionValues(row.summary, _utc(row.updated_at), _json_object(row.extra)), row.revision
-            )
-            for row in conn.execute(_SECTIONS_QUERY, {"scope_id": scope_id})
-        }
-        fact_ids = [fact.values.fact_id for fact in incoming.facts or ()]
-        facts = [
-            StoredFact(
-                row_id=row.id,
-                values=_fact_values(row),
-                position=row.position,
-                added_revision=row.added_revision,
-                updated_revision=row.updated_revision,
-                deleted_revision=row.deleted_revision,
-            )
-            for row in conn.execute(_FACTS_QUERY, {"scope_id": scope_id, "fact_ids": fact_ids})
-        ]
-        return plan_merge(
-            incoming,
-            stored_facts=facts,
-            stored_sections=sections,
-            stored_version=scope_row.version,
-            current=current,
-            max_facts=self._max_facts,
-            new_id=new_fact_id,
-        )
+        return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
 
     def _describe(self, exc: Exception) -> str:
         """The driver's message (not the SQL and its parameters), with any password scrubbed."""
@@ -570,37 +289,6 @@ class SqlMemoryStorage(MemoryStorage):
         if password:
             message = message.replace(str(password), "***")
         return message
-
-
-def _late_write(
-    conn: Connection,
-    scope: Scope,
-    scope_row: _AnyRow,
-    incoming: IncomingDocument,
-    captured_at: datetime | None,
-    *,
-    created: bool,
-) -> str | None:
-    """Why this save must not land (it would bring back erased or purged memory), or None."""
-    revision = incoming.revision
-    if revision is not None and revision > scope_row.revision:
-        if created:
-            return f"the document was loaded at revision {revision} but the scope was erased since"
-        return f"the document carries revision {revision} but the store is at {scope_row.revision} (erased)"
-    if revision is not None and revision < scope_row.purged_revision:
-        return (
-            f"the document was loaded at revision {revision}, before tombstones up to revision "
-            f"{scope_row.purged_revision} were vacuumed"
-        )
-    if captured_at is None:
-        return None
-    cleared = _utc(scope_row.cleared_at)
-    if cleared is not None and cleared > captured_at:
-        return "the scope was cleared after the conversation was captured"
-    erased = _utc(maintenance.erased_at(conn, scope[0])) if scope[0] is not None else None
-    if erased is not None and erased > captured_at:
-        return "the user was erased after the conversation was captured"
-    return None
 
 
 def _is_outage(exc: BaseException) -> bool:
@@ -618,221 +306,3 @@ def _prepare_once(engine: Engine, *, auto_migrate: bool) -> None:
             return
         prepare_database(engine, auto_migrate=auto_migrate)
         _prepared.add(key)
-
-
-def _apply(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, origin: str) -> None:
-    """Write the plan: tombstones first, so a re-added content key never meets its old live row."""
-    revision = plan.revision
-    if plan.tombstones:
-        conn.execute(
-            _TOMBSTONE_FACTS,
-            {"b_scope_id": scope_id, "b_fact_ids": plan.tombstones, "b_revision": revision, "b_now": now},
-        )
-    if plan.updates:
-        conn.execute(_UPDATE_FACT, [_fact_row(scope_id, v, pos, revision) for v, pos in plan.updates])
-    if plan.moves:
-        conn.execute(
-            _MOVE_FACT,
-            [
-                {"b_scope_id": scope_id, "b_fact_id": fact_id, "b_position": pos}
-                for fact_id, pos in plan.moves
-            ],
-        )
-    if plan.inserts:
-        conn.execute(
-            _INSERT_FACTS[conn.dialect.name],
-            [
-                {
-                    "scope_id": scope_id,
-                    "fact_id": values.fact_id,
-                    **_columns(values),
-                    "position": position,
-                    "added_revision": revision,
-                    "updated_revision": revision,
-                }
-                for values, position in plan.inserts
-            ],
-        )
-    if plan.section_inserts:
-        conn.execute(
-            insert(_sections),
-            [
-                {
-                    "scope_id": scope_id,
-                    "section": name,
-                    "summary": values.summary,
-                    "updated_at": values.updated_at,
-                    "extra": values.extra,
-                    "revision": revision,
-                }
-                for name, values in plan.section_inserts
-            ],
-        )
-    if plan.section_updates:
-        conn.execute(
-            _UPDATE_SECTION,
-            [
-                {
-                    "b_scope_id": scope_id,
-                    "b_section": name,
-                    "b_summary": values.summary,
-                    "b_updated_at": values.updated_at,
-                    "b_extra": values.extra,
-                    "b_revision": revision,
-                }
-                for name, values in plan.section_updates
-            ],
-        )
-    if plan.changes:
-        conn.execute(
-            _INSERT_HISTORY,
-            [
-                {
-                    "b_scope_id": scope_id,
-                    "b_revision": revision,
-                    "b_now": now,
-                    "b_entity": change.entity,
-                    "b_entity_id": change.entity_id,
-                    "b_action": change.action,
-                    "b_origin": origin,
-                    "b_before": change.before,
-                    "b_after": change.after,
-                }
-                for change in plan.changes
-            ],
-        )
-
-
-def _columns(values: FactValues) -> dict[str, Any]:
-    return {
-        "content": values.content,
-        "content_key": values.content_key,
-        "category": values.category,
-        "confidence": values.confidence,
-        "created_at": values.created_at,
-        "source": values.source,
-        "source_error": values.source_error,
-        "extra": values.extra,
-    }
-
-
-def _fact_row(scope_id: int, values: FactValues, position: int, revision: int) -> dict[str, Any]:
-    params = {"b_" + name: value for name, value in _columns(values).items()}
-    params.update(
-        b_scope_id=scope_id, b_fact_id=values.fact_id, b_position=position, b_updated_revision=revision
-    )
-    return params
-
-
-def _scope_keys(scope: Scope) -> dict[str, str]:
-    return {"user_key": scope[0] or "", "agent_key": scope[1] or ""}
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    """SQLite returns naive datetimes; everything stored is UTC."""
-    if value is None or value.tzinfo is not None:
-        return value
-    return value.replace(tzinfo=UTC)
-
-
-def _stamp(row: _AnyRow) -> _Stamp:
-    return (row.id, row.revision, _utc(row.created_at) or datetime.min)
-
-
-def _stamp_of(scope_row: _AnyRow, revision: int) -> _Stamp:
-    return (scope_row.scope_id, revision, _utc(scope_row.scope_created_at) or datetime.min)
-
-
-def _json_object(value: object) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _fact_values(row: _AnyRow) -> FactValues:
-    return FactValues(
-        fact_id=row.fact_id,
-        content=row.content,
-        category=row.category,
-        confidence=row.confidence,
-        created_at=_utc(row.created_at),
-        source=row.source,
-        source_error=row.source_error,
-        extra=_json_object(row.extra),
-    )
-
-
-def _raw_timestamp(value: datetime | str | None) -> datetime | None:
-    """A stamp as _LOAD_QUERY returns it: ISO text on SQLite, a datetime from psycopg."""
-    return _utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
-
-
-def _raw_json(value: object) -> dict[str, Any]:
-    """An ``extra`` as _LOAD_QUERY returns it: JSON text on SQLite (nearly always ``{}``), a dict on PG."""
-    if isinstance(value, str):
-        return {} if value == "{}" else _json_object(json.loads(value))
-    return _json_object(value)
-
-
-def _cached_from_rows(rows: Sequence[_AnyRow]) -> _Cached:
-    """The cache entry from the UNION rows (every row repeats the scope's columns).
-
-    Rows are unpacked by position: named attribute access on ~100 rows cost more than the query.
-    """
-    first = rows[0]
-    facts: list[tuple[int, str, FactValues]] = []
-    sections: dict[str, SectionValues] = {}
-    for *_, kind, name, position, text, category, confidence, stamp, source, source_error, extra in rows:
-        if name is None:
-            continue
-        if kind == "f":
-            values = FactValues(
-                fact_id=name,
-                content=text,
-                category=category,
-                confidence=confidence,
-                created_at=_raw_timestamp(stamp),
-                source=source,
-                source_error=source_error,
-                extra=_raw_json(extra),
-            )
-            facts.append((position, name, values))
-        else:
-            sections[name] = SectionValues(text, _raw_timestamp(stamp), _raw_json(extra))
-    facts.sort(key=lambda item: (item[0], item[1]))
-    snapshot = snapshot_of([item[2] for item in facts], [item[0] for item in facts], sections)
-    document = _document(first.version, first.scope_updated_at, first.revision, snapshot)
-    return _stamp_of(first, first.revision), document, snapshot
-
-
-def _cached_after(
-    scope_row: _AnyRow,
-    version: str,
-    updated_at: datetime,
-    revision: int,
-    plan: MergePlan,
-    previous: _Cached | None,
-) -> _Cached:
-    """The cache entry for the scope as the plan leaves it, reusing what ``previous`` decoded."""
-    snapshot = snapshot_of(plan.facts, plan.positions, plan.sections, previous[2] if previous else None)
-    return _stamp_of(scope_row, revision), _document(version, updated_at, revision, snapshot), snapshot
-
-
-_RAW_FACT = attrgetter("raw")
-
-
-def _document(version: str, updated_at: datetime, revision: int, snapshot: Snapshot) -> MemoryDocument:
-    """The document of a snapshot; it shares the snapshot's (never mutated) fact and section dicts."""
-
-    def group(names: tuple[str, ...]) -> dict[str, Any]:
-        return {
-            name: known.raw if (known := snapshot.sections.get(name)) else decode_section(EMPTY_SECTION)
-            for name in names
-        }
-
-    return {
-        "version": version,
-        "lastUpdated": format_timestamp(updated_at),
-        "revision": revision,
-        "user": group(USER_SECTIONS),
-        "history": group(HISTORY_SECTIONS),
-        "facts": list(map(_RAW_FACT, snapshot.facts.values())),
-    }

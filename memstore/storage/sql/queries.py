@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -27,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
+from memstore.document import as_utc
 from memstore.scope import Scope
 from memstore.storage.records import (
     ANY_AGENT,
@@ -38,13 +38,12 @@ from memstore.storage.records import (
 )
 from memstore.storage.search_text import fts5_match, substring_terms, unservable_reason
 from memstore.storage.sql.fts_schema import FTS_TABLE, PG_TS_CONFIG
-from memstore.storage.sql.models import Base
+from memstore.storage.sql.models import facts_table as _facts
+from memstore.storage.sql.models import history_table as _history
+from memstore.storage.sql.models import scopes_table as _scopes
 
 logger = logging.getLogger(__name__)
 
-_scopes = Base.metadata.tables["memory_scopes"]
-_facts = Base.metadata.tables["memory_facts"]
-_history = Base.metadata.tables["memory_history"]
 _fts = table(FTS_TABLE, column("rowid"))
 
 _FACT_COLUMNS = (
@@ -130,7 +129,7 @@ def _page(
             content=row.content,
             category=row.category,
             confidence=row.confidence,
-            created_at=None if row.created_at is None else _aware(row.created_at),
+            created_at=as_utc(row.created_at),
             source=row.source,
             rank=getattr(row, "rank", None),
         )
@@ -163,11 +162,6 @@ def _conditions(where: FactFilter) -> list[ColumnElement[bool]]:
     if where.created_before is not None:
         conditions.append(_facts.c.created_at < where.created_before)
     return conditions
-
-
-def _aware(value: datetime) -> datetime:
-    """SQLite hands back naive datetimes; memstore only ever stores UTC."""
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
 
 
 def memory_stats(engine: Engine) -> MemoryStats:
@@ -224,7 +218,7 @@ def fact_history(engine: Engine, where: FactFilter, *, fact_id: str | None, limi
             user_id=row.user_id,
             agent_name=row.agent_name,
             revision=row.revision,
-            changed_at=_aware(row.changed_at),
+            changed_at=as_utc(row.changed_at),
             entity=row.entity,
             entity_id=row.entity_id,
             action=row.action,

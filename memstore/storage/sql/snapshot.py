@@ -1,0 +1,185 @@
+"""The cached snapshot of a scope and the save fast path that plans against it.
+
+A ``Snapshot`` is a scope's live rows at one revision, as this process last read or wrote them.
+When the caller loaded the revision the store is still at (the usual save: no concurrent
+writer), ``plan_from_snapshot`` produces exactly ``merge.plan_merge``'s plan without reading the
+rows, at a cost that follows the size of the change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import compress, count, repeat
+from operator import attrgetter, is_not, ne
+
+from memstore.storage.sql.codec import (
+    FactValues,
+    IncomingDocument,
+    IncomingFact,
+    KnownFact,
+    KnownSection,
+    SectionValues,
+    decode_section,
+)
+from memstore.storage.sql.merge import (
+    MergePlan,
+    StoredSection,
+    assign_positions,
+    claim_content_keys,
+    merge_sections,
+    most_confident,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """A scope's live rows at one revision, as this process last read or wrote them.
+
+    Successive snapshots share their entries: nothing in a snapshot may be mutated.
+    """
+
+    facts: dict[str, KnownFact]  # by fact id, in document order
+    positions: dict[str, int]
+    owners: dict[str, str]  # content key -> id of the live fact that has it
+    sections: dict[str, KnownSection]  # the stored section rows
+
+
+def snapshot_of(
+    facts: list[FactValues],
+    positions: list[int],
+    sections: dict[str, SectionValues],
+    previous: Snapshot | None = None,
+) -> Snapshot:
+    """The snapshot of these rows; entries whose values ``previous`` already holds are reused, not decoded."""
+    known = previous.facts if previous is not None else {}
+    ids = list(map(_ID, facts))
+    entries = dict(zip(ids, map(known.get, ids, repeat(_ABSENT)), strict=True))
+    fresh = list(compress(facts, map(is_not, map(_ENTRY_VALUES, entries.values()), facts)))
+    for values in fresh:
+        entries[values.fact_id] = KnownFact.of(values)
+    if previous is None:
+        owners = {values.content_key: values.fact_id for values in facts}
+    else:
+        owners = dict(previous.owners)
+        for fact_id in known.keys() - entries.keys() | {values.fact_id for values in fresh}:
+            old = known.get(fact_id)
+            if old is not None and owners.get(old.fact.values.content_key) == fact_id:
+                del owners[old.fact.values.content_key]
+        owners.update((values.content_key, values.fact_id) for values in fresh)
+    old_sections = previous.sections if previous is not None else {}
+    known_sections: dict[str, KnownSection] = {}
+    for name, section in sections.items():
+        old_section = old_sections.get(name)
+        if old_section is None or old_section.values is not section:
+            old_section = KnownSection(decode_section(section), section)
+        known_sections[name] = old_section
+    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections)
+
+
+def plan_from_snapshot(
+    incoming: IncomingDocument, snapshot: Snapshot, *, current: int, stored_version: str, max_facts: int
+) -> MergePlan | None:
+    """``plan_merge``'s plan for a document loaded at ``current`` while the store still holds ``snapshot``.
+
+    Unchanged facts cost a lookup each; only changed ones are compared, deduplicated and written.
+    None when the document has made-up ids: one could collide with a tombstone the snapshot omits.
+    """
+    plan = MergePlan(revision=current + 1)
+    if incoming.facts is None:
+        plan.facts = [entry.fact.values for entry in snapshot.facts.values()]
+        plan.positions = list(snapshot.positions.values())
+    elif not _facts_from_snapshot(incoming.facts, snapshot, max_facts, plan):
+        return None
+    stored = {name: StoredSection(known.values, current) for name, known in snapshot.sections.items()}
+    merge_sections(incoming, stored, current, plan)
+    if incoming.version is not None and incoming.version != stored_version:
+        plan.version = incoming.version
+    return plan
+
+
+def _facts_from_snapshot(
+    facts: list[IncomingFact], snapshot: Snapshot, max_facts: int, plan: MergePlan
+) -> bool:
+    """The fact writes of ``plan_merge`` with ``base == current``, computed from the diff.
+
+    It applies merge's rule functions (``claim_content_keys``, ``most_confident``) to the changed
+    facts only: passes over every fact are C-level (map, compress), and Python code runs only for
+    facts the caller changed.
+    """
+    if any(map(_GENERATED, facts)):
+        return False
+    known = snapshot.facts
+    stored = list(map(known.get, map(_FACT_ID, facts), repeat(_ABSENT)))
+    changed = list(compress(count(), map(is_not, map(_FACT, stored), facts)))
+    added = [index for index in changed if stored[index] is _ABSENT]
+    edited = [
+        index
+        for index in changed
+        if stored[index] is not _ABSENT and not stored[index].fact.values.same_as(facts[index].values)
+    ]
+    gone: set[str] = set()
+    if len(facts) - len(added) < len(known):  # ids are unique, so some stored fact is missing
+        mentioned = set(map(_FACT_ID, facts))
+        for fact_id, entry in known.items():
+            if fact_id not in mentioned:
+                gone.add(fact_id)
+                plan.tombstone(fact_id, entry.raw)
+    # merge's dedup rule: unchanged facts claim their content keys first, then edits, then adds.
+    gone.update(facts[index].values.fact_id for index in edited)
+
+    def held_by_unchanged(key: str) -> bool:
+        owner = snapshot.owners.get(key)
+        return owner is not None and owner not in gone
+
+    edit_wins, add_wins = claim_content_keys(
+        [(facts[index].values.content_key, stored[index].fact.values.content_key) for index in edited],
+        [facts[index].values.content_key for index in added],
+        held_by_unchanged,
+    )
+    chosen = {index for index, wins in zip(edited, edit_wins, strict=True) if wins}
+    chosen.update(index for index, wins in zip(added, add_wins, strict=True) if wins)
+    # Unchanged facts carry their stored values; an unchosen edit is undone, an unchosen add dropped.
+    final = list(map(_VALUES, facts))
+    for index in changed:
+        if index not in chosen and stored[index] is not _ABSENT:
+            final[index] = stored[index].fact.values
+    order: Sequence[int] = range(len(facts))
+    dropped = {index for index in added if index not in chosen}
+    if dropped:
+        order = [index for index in order if index not in dropped]
+        final = [final[index] for index in order]
+    keep = most_confident(final, max_facts)
+    if keep is not None:
+        for rank, index in enumerate(order):
+            if rank not in keep and stored[index] is not _ABSENT:
+                plan.tombstone(final[rank].fact_id, stored[index].raw)
+        order = [index for rank, index in enumerate(order) if rank in keep]
+        final = [values for rank, values in enumerate(final) if rank in keep]
+    current = list(map(snapshot.positions.get, map(_ID, final)))
+    plan.facts, plan.positions = final, assign_positions(current)
+    updates = [index for index in edited if index in chosen]
+    if updates and not isinstance(order, range):
+        rank_of = {index: rank for rank, index in enumerate(order)}
+        updates = [rank_of[index] for index in updates if index in rank_of]
+    for rank in sorted({*compress(count(), map(ne, plan.positions, current)), *updates}):
+        values, position, old = final[rank], plan.positions[rank], current[rank]
+        if old is None:
+            plan.inserts.append((values, position))
+        elif order[rank] in chosen:
+            plan.update(values, position, stored[order[rank]].raw)
+        else:
+            plan.moves.append((values.fact_id, position))
+    return True
+
+
+_GENERATED = attrgetter("generated_id")
+_FACT_ID = attrgetter("values.fact_id")
+_FACT = attrgetter("fact")
+_VALUES = attrgetter("values")
+_ID = attrgetter("fact_id")
+_ENTRY_VALUES = attrgetter("fact.values")
+# Stands in for "not in the snapshot", so C-level passes need no None checks.
+_ABSENT = KnownFact(
+    {}, IncomingFact(FactValues("", "", "", 0.0, None, None, None, {}), generated_id=False), ()
+)

@@ -1,0 +1,227 @@
+"""Every SQL statement the provider runs on the document path, built once at import.
+
+Loads, the write lock, fact and section writes, the scope bump and audit inserts. Cross-scope
+queries live in ``queries.py`` and maintenance in ``maintenance.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Text,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+    type_coerce,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.elements import ColumnClause
+
+from memstore.scope import Scope
+from memstore.storage.sql.models import facts_table as _facts
+from memstore.storage.sql.models import history_table as _history
+from memstore.storage.sql.models import scopes_table as _scopes
+from memstore.storage.sql.models import sections_table as _sections
+
+# Literal '' (not a bound parameter) so the predicate matches the COALESCE unique index.
+_EMPTY: ColumnClause[Any] = literal_column("''")
+_SCOPE_MATCH = and_(
+    func.coalesce(_scopes.c.user_id, _EMPTY) == bindparam("user_key"),
+    func.coalesce(_scopes.c.agent_name, _EMPTY) == bindparam("agent_key"),
+)
+_SCOPE_COLUMNS = (
+    _scopes.c.id.label("scope_id"),
+    _scopes.c.revision,
+    _scopes.c.version,
+    _scopes.c.created_at.label("scope_created_at"),
+    _scopes.c.updated_at.label("scope_updated_at"),
+)
+
+STAMP_QUERY = select(_scopes.c.id, _scopes.c.revision, _scopes.c.created_at).where(_SCOPE_MATCH)
+LOCK_QUERY = (
+    select(*_SCOPE_COLUMNS, _scopes.c.cleared_at, _scopes.c.purged_revision)
+    .where(_SCOPE_MATCH)
+    .with_for_update()
+)
+MARK_CLEARED = (
+    update(_scopes)
+    .where(_scopes.c.id == bindparam("b_id"))
+    .values(cleared_at=bindparam("b_now", type_=_scopes.c.cleared_at.type))
+)
+# Stamps and ``extra`` come back as the driver gives them (text on SQLite) and are parsed in
+# cache.entry_from_rows: SQLAlchemy's per-row DateTime/JSON processors were a third of a cold load.
+_RAW = Text()
+LOAD_QUERY = union_all(
+    select(
+        *_SCOPE_COLUMNS,
+        literal_column("'f'").label("kind"),
+        _facts.c.fact_id.label("name"),
+        _facts.c.position,
+        _facts.c.content.label("text"),
+        _facts.c.category,
+        _facts.c.confidence,
+        type_coerce(_facts.c.created_at, _RAW).label("stamp"),
+        _facts.c.source,
+        _facts.c.source_error,
+        type_coerce(_facts.c.extra, _RAW).label("extra"),
+    )
+    .select_from(
+        _scopes.outerjoin(
+            _facts, and_(_facts.c.scope_id == _scopes.c.id, _facts.c.deleted_revision.is_(None))
+        )
+    )
+    .where(_SCOPE_MATCH),
+    select(
+        *_SCOPE_COLUMNS,
+        literal_column("'s'"),
+        _sections.c.section,
+        null(),
+        _sections.c.summary,
+        null(),
+        null(),
+        type_coerce(_sections.c.updated_at, _RAW),
+        null(),
+        null(),
+        type_coerce(_sections.c.extra, _RAW),
+    )
+    .select_from(_scopes.join(_sections, _sections.c.scope_id == _scopes.c.id))
+    .where(_SCOPE_MATCH),
+)
+SECTIONS_QUERY = select(
+    _sections.c.section, _sections.c.summary, _sections.c.updated_at, _sections.c.revision, _sections.c.extra
+).where(_sections.c.scope_id == bindparam("scope_id"))
+# Live rows plus the tombstones of ids the document mentions: never the whole tombstone history.
+FACTS_QUERY = select(
+    _facts.c.id,
+    _facts.c.fact_id,
+    _facts.c.position,
+    _facts.c.content,
+    _facts.c.category,
+    _facts.c.confidence,
+    _facts.c.created_at,
+    _facts.c.source,
+    _facts.c.source_error,
+    _facts.c.extra,
+    _facts.c.added_revision,
+    _facts.c.updated_revision,
+    _facts.c.deleted_revision,
+).where(
+    _facts.c.scope_id == bindparam("scope_id"),
+    or_(
+        _facts.c.deleted_revision.is_(None),
+        _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True)),
+    ),
+)
+
+
+FACT_COLUMNS = (
+    "position",
+    "content",
+    "content_key",
+    "category",
+    "confidence",
+    "created_at",
+    "source",
+    "source_error",
+    "extra",
+    "updated_revision",
+)
+# Fact rows are addressed by (scope_id, fact_id), unique per scope: plans need no row ids.
+_FACT_MATCH = and_(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_fact_id"))
+UPDATE_FACT = (
+    update(_facts)
+    .where(_FACT_MATCH)
+    .values(**{name: bindparam("b_" + name, type_=_facts.c[name].type) for name in FACT_COLUMNS})
+)
+MOVE_FACT = update(_facts).where(_FACT_MATCH).values(position=bindparam("b_position"))
+TOMBSTONE_FACTS = (
+    update(_facts)
+    .where(
+        _facts.c.scope_id == bindparam("b_scope_id"),
+        _facts.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
+    )
+    .values(
+        deleted_revision=bindparam("b_revision"),
+        deleted_at=bindparam("b_now", type_=_facts.c.deleted_at.type),
+    )
+)
+
+
+def _insert_facts(dialect: Any) -> Any:
+    """INSERT ... ON CONFLICT DO UPDATE: a new fact, or the revival of its tombstoned row.
+
+    A fast-path save does not read tombstones, so it cannot tell the two apart; the database can.
+    """
+    statement = dialect.insert(_facts)
+    revived = {name: statement.excluded[name] for name in (*FACT_COLUMNS, "added_revision")}
+    return statement.on_conflict_do_update(
+        index_elements=[_facts.c.scope_id, _facts.c.fact_id],
+        set_={**revived, "deleted_revision": None, "deleted_at": None},
+    )
+
+
+INSERT_FACTS = {"sqlite": _insert_facts(sqlite), "postgresql": _insert_facts(postgresql)}
+UPDATE_SECTION = (
+    update(_sections)
+    .where(_sections.c.scope_id == bindparam("b_scope_id"), _sections.c.section == bindparam("b_section"))
+    .values(
+        summary=bindparam("b_summary"),
+        updated_at=bindparam("b_updated_at", type_=_sections.c.updated_at.type),
+        extra=bindparam("b_extra", type_=_sections.c.extra.type),
+        revision=bindparam("b_revision"),
+    )
+)
+UPDATE_SCOPE = (
+    update(_scopes)
+    .where(_scopes.c.id == bindparam("b_id"))
+    .values(
+        revision=bindparam("b_revision"),
+        version=bindparam("b_version"),
+        updated_at=bindparam("b_now", type_=_scopes.c.updated_at.type),
+    )
+)
+# before/after are SQL NULL (not JSON null) for inserts and deletes, so "before IS NULL" works.
+_NULLABLE_JSON = JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+INSERT_HISTORY = insert(_history).values(
+    scope_id=bindparam("b_scope_id"),
+    revision=bindparam("b_revision"),
+    changed_at=bindparam("b_now", type_=_history.c.changed_at.type),
+    entity=bindparam("b_entity"),
+    entity_id=bindparam("b_entity_id"),
+    action=bindparam("b_action"),
+    origin=bindparam("b_origin"),
+    before=bindparam("b_before", type_=_NULLABLE_JSON),
+    after=bindparam("b_after", type_=_NULLABLE_JSON),
+)
+
+
+def _insert_scope(dialect: Any) -> Any:
+    """INSERT ... ON CONFLICT DO NOTHING: concurrent first saves of a scope create one row."""
+    return (
+        dialect.insert(_scopes)
+        .values(
+            user_id=bindparam("user_id"),
+            agent_name=bindparam("agent_name"),
+            revision=0,
+            created_at=bindparam("now", type_=_scopes.c.created_at.type),
+            updated_at=bindparam("now", type_=_scopes.c.updated_at.type),
+        )
+        .on_conflict_do_nothing()
+    )
+
+
+INSERT_SCOPE = {"sqlite": _insert_scope(sqlite), "postgresql": _insert_scope(postgresql)}
+
+
+def scope_keys(scope: Scope) -> dict[str, str]:
+    """Bind parameters of the scope predicate: ``''`` stands for NULL, as in the unique index."""
+    return {"user_key": scope[0] or "", "agent_key": scope[1] or ""}

@@ -1,0 +1,223 @@
+"""The steps of one save transaction: the erasure fence, planning, and writing the plan.
+
+``provider.SqlMemoryStorage._write`` runs them in order under the scope's write lock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert
+
+from memstore.document import as_utc, new_fact_id
+from memstore.scope import Scope
+from memstore.storage.sql import maintenance
+from memstore.storage.sql.cache import AnyRow, CacheEntry, stamp_of
+from memstore.storage.sql.codec import FactValues, IncomingDocument, SectionValues, json_object
+from memstore.storage.sql.merge import MergePlan, StoredFact, StoredSection, plan_merge
+from memstore.storage.sql.models import sections_table
+from memstore.storage.sql.snapshot import plan_from_snapshot
+from memstore.storage.sql.statements import (
+    FACTS_QUERY,
+    INSERT_FACTS,
+    INSERT_HISTORY,
+    MOVE_FACT,
+    SECTIONS_QUERY,
+    TOMBSTONE_FACTS,
+    UPDATE_FACT,
+    UPDATE_SECTION,
+)
+
+
+def late_write(
+    conn: Connection,
+    scope: Scope,
+    scope_row: AnyRow,
+    incoming: IncomingDocument,
+    captured_at: datetime | None,
+    *,
+    created: bool,
+) -> str | None:
+    """Why this save must not land (it would bring back erased or purged memory), or None."""
+    revision = incoming.revision
+    if revision is not None and revision > scope_row.revision:
+        if created:
+            return f"the document was loaded at revision {revision} but the scope was erased since"
+        return f"the document carries revision {revision} but the store is at {scope_row.revision} (erased)"
+    if revision is not None and revision < scope_row.purged_revision:
+        return (
+            f"the document was loaded at revision {revision}, before tombstones up to revision "
+            f"{scope_row.purged_revision} were vacuumed"
+        )
+    if captured_at is None:
+        return None
+    cleared = as_utc(scope_row.cleared_at)
+    if cleared is not None and cleared > captured_at:
+        return "the scope was cleared after the conversation was captured"
+    erased = as_utc(maintenance.erased_at(conn, scope[0])) if scope[0] is not None else None
+    if erased is not None and erased > captured_at:
+        return "the user was erased after the conversation was captured"
+    return None
+
+
+def plan_save(
+    conn: Connection, scope_row: AnyRow, incoming: IncomingDocument, cached: CacheEntry | None, max_facts: int
+) -> MergePlan:
+    """Plan against the cached snapshot if store and caller are both at its revision, else the rows."""
+    current = scope_row.revision
+    if cached is not None and incoming.revision == current and cached[0] == stamp_of(scope_row, current):
+        plan = plan_from_snapshot(
+            incoming,
+            cached[2],
+            current=current,
+            stored_version=scope_row.version,
+            max_facts=max_facts,
+        )
+        if plan is not None:
+            return plan
+    scope_id = scope_row.scope_id
+    sections = {
+        row.section: StoredSection(
+            SectionValues(row.summary, as_utc(row.updated_at), json_object(row.extra)), row.revision
+        )
+        for row in conn.execute(SECTIONS_QUERY, {"scope_id": scope_id})
+    }
+    fact_ids = [fact.values.fact_id for fact in incoming.facts or ()]
+    facts = [
+        StoredFact(
+            row_id=row.id,
+            values=_fact_values(row),
+            position=row.position,
+            added_revision=row.added_revision,
+            updated_revision=row.updated_revision,
+            deleted_revision=row.deleted_revision,
+        )
+        for row in conn.execute(FACTS_QUERY, {"scope_id": scope_id, "fact_ids": fact_ids})
+    ]
+    return plan_merge(
+        incoming,
+        stored_facts=facts,
+        stored_sections=sections,
+        stored_version=scope_row.version,
+        current=current,
+        max_facts=max_facts,
+        new_id=new_fact_id,
+    )
+
+
+def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, origin: str) -> None:
+    """Write the plan: tombstones first, so a re-added content key never meets its old live row."""
+    revision = plan.revision
+    if plan.tombstones:
+        conn.execute(
+            TOMBSTONE_FACTS,
+            {"b_scope_id": scope_id, "b_fact_ids": plan.tombstones, "b_revision": revision, "b_now": now},
+        )
+    if plan.updates:
+        conn.execute(UPDATE_FACT, [_fact_row(scope_id, v, pos, revision) for v, pos in plan.updates])
+    if plan.moves:
+        conn.execute(
+            MOVE_FACT,
+            [
+                {"b_scope_id": scope_id, "b_fact_id": fact_id, "b_position": pos}
+                for fact_id, pos in plan.moves
+            ],
+        )
+    if plan.inserts:
+        conn.execute(
+            INSERT_FACTS[conn.dialect.name],
+            [
+                {
+                    "scope_id": scope_id,
+                    "fact_id": values.fact_id,
+                    **_columns(values),
+                    "position": position,
+                    "added_revision": revision,
+                    "updated_revision": revision,
+                }
+                for values, position in plan.inserts
+            ],
+        )
+    if plan.section_inserts:
+        conn.execute(
+            insert(sections_table),
+            [
+                {
+                    "scope_id": scope_id,
+                    "section": name,
+                    "summary": values.summary,
+                    "updated_at": values.updated_at,
+                    "extra": values.extra,
+                    "revision": revision,
+                }
+                for name, values in plan.section_inserts
+            ],
+        )
+    if plan.section_updates:
+        conn.execute(
+            UPDATE_SECTION,
+            [
+                {
+                    "b_scope_id": scope_id,
+                    "b_section": name,
+                    "b_summary": values.summary,
+                    "b_updated_at": values.updated_at,
+                    "b_extra": values.extra,
+                    "b_revision": revision,
+                }
+                for name, values in plan.section_updates
+            ],
+        )
+    if plan.changes:
+        conn.execute(
+            INSERT_HISTORY,
+            [
+                {
+                    "b_scope_id": scope_id,
+                    "b_revision": revision,
+                    "b_now": now,
+                    "b_entity": change.entity,
+                    "b_entity_id": change.entity_id,
+                    "b_action": change.action,
+                    "b_origin": origin,
+                    "b_before": change.before,
+                    "b_after": change.after,
+                }
+                for change in plan.changes
+            ],
+        )
+
+
+def _columns(values: FactValues) -> dict[str, Any]:
+    return {
+        "content": values.content,
+        "content_key": values.content_key,
+        "category": values.category,
+        "confidence": values.confidence,
+        "created_at": values.created_at,
+        "source": values.source,
+        "source_error": values.source_error,
+        "extra": values.extra,
+    }
+
+
+def _fact_row(scope_id: int, values: FactValues, position: int, revision: int) -> dict[str, Any]:
+    params = {"b_" + name: value for name, value in _columns(values).items()}
+    params.update(
+        b_scope_id=scope_id, b_fact_id=values.fact_id, b_position=position, b_updated_revision=revision
+    )
+    return params
+
+
+def _fact_values(row: AnyRow) -> FactValues:
+    return FactValues(
+        fact_id=row.fact_id,
+        content=row.content,
+        category=row.category,
+        confidence=row.confidence,
+        created_at=as_utc(row.created_at),
+        source=row.source,
+        source_error=row.source_error,
+        extra=json_object(row.extra),
+    )
