@@ -15,9 +15,9 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Unpack
 
-from memstore.capture.conversation import ConversationContext
+from memstore.capture.conversation import ConversationContext, ConversationFields
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import MemstoreError, StorageUnavailableError
 from memstore.storage.loader import get_memory_storage
@@ -77,26 +77,9 @@ class MemoryUpdater:
             )
             return False
 
-    def update_memory(
-        self,
-        messages: Sequence[Any],
-        thread_id: str | None = None,
-        agent_name: str | None = None,
-        correction_detected: bool = False,
-        reinforcement_detected: bool = False,
-        user_id: str | None = None,
-    ) -> bool:
+    def update_memory(self, messages: Sequence[Any], **fields: Unpack[ConversationFields]) -> bool:
         """The reference's call shape: ``update`` for a conversation captured now."""
-        return self.update(
-            ConversationContext(
-                thread_id or "",
-                list(messages),
-                agent_name,
-                user_id,
-                correction_detected,
-                reinforcement_detected,
-            )
-        )
+        return self.update(ConversationContext.of(messages, **fields))
 
     def _update_sync(self, context: ConversationContext) -> bool:
         thread_id = context.thread_id
@@ -134,15 +117,6 @@ class MemoryUpdater:
             return False
 
 
-def update_memory_from_conversation(
-    messages: Sequence[Any],
-    thread_id: str | None = None,
-    agent_name: str | None = None,
-    correction_detected: bool = False,
-    reinforcement_detected: bool = False,
-    user_id: str | None = None,
-) -> bool:
+def update_memory_from_conversation(messages: Sequence[Any], **fields: Unpack[ConversationFields]) -> bool:
     """One-shot convenience (the reference's function): a ``MemoryUpdater`` with the global config."""
-    return MemoryUpdater().update_memory(
-        messages, thread_id, agent_name, correction_detected, reinforcement_detected, user_id
-    )
+    return MemoryUpdater().update_memory(messages, **fields)
