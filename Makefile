@@ -3,6 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BASE_STAMP := $(VENV)/.installed-base
 
 .PHONY: setup test lint typecheck pytest demo clean migrations bench
 
@@ -13,6 +14,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,langchain,server,bench]'
 	touch $(STAMP)
+
+# The demo needs only the base package: no dev tools, no optional integrations.
+$(BASE_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(BASE_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -30,7 +37,7 @@ test: lint typecheck pytest
 migrations: $(STAMP)
 	$(BIN)/python scripts/render_migrations.py $(if $(REGENERATE),--regenerate-initial)
 
-demo: $(STAMP)
+demo: $(BASE_STAMP)
 	$(BIN)/memstore demo
 
 # Benchmarks; refreshes bench/ and docs/performance.md. BENCH_ARGS=--quick for a run under 2 minutes;

@@ -3,6 +3,10 @@
 It drives exactly what a gateway would: the middleware enqueues each finished turn, the
 queue batches them, the updater extracts memory and the storage saves it; then it shows
 each user's stored memory and the block the next prompt would receive.
+
+The sample users go into a throwaway SQLite directory of their own (``demo_config``), never into
+the configured database, unless the caller asks for that explicitly: a demo must not leave
+made-up users in a real deployment.
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from memstore.config import MemoryConfig, get_memory_config
+from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, get_memory_config
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.ops.view import memory_lines
 from memstore.queue import get_memory_queue
@@ -26,6 +31,13 @@ def load_sample_conversations() -> list[dict[str, Any]]:
     text = resources.files("memstore").joinpath("demo_data/conversations.json").read_text(encoding="utf-8")
     conversations: list[dict[str, Any]] = json.loads(text)["conversations"]
     return conversations
+
+
+def demo_config(config: MemoryConfig, data_dir: Path) -> MemoryConfig:
+    """``config`` with storage redirected to an embedded SQLite database under ``data_dir``."""
+    return config.model_copy(
+        update={"storage_class": SQL_STORAGE_CLASS, "data_dir": str(data_dir), "database_url": None}
+    )
 
 
 def run_demo(echo: Echo, config: MemoryConfig | None = None) -> list[str]:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from memstore.document import format_timestamp
+from memstore.document import as_utc, format_timestamp
 from memstore.errors import QueryError
 from memstore.scope import Scope, normalize_agent_name, validate_user_id
 
@@ -34,7 +34,8 @@ class FactFilter:
     """Which facts a query covers. Every field narrows; the default covers every live fact.
 
     ``user_id=None`` means every user. ``text`` is a case-insensitive substring filter; ranked
-    full-text search is a separate call (``search_facts``). Naive datetimes are taken as UTC.
+    full-text search is a separate call (``search_facts``). Naive datetimes are taken as UTC, and
+    aware ones are converted to UTC.
     """
 
     user_id: str | None = None
@@ -54,10 +55,10 @@ class FactFilter:
             isinstance(confidence, int | float) and math.isfinite(confidence) and 0 <= confidence <= 1
         ):
             raise QueryError(f"min_confidence must be between 0 and 1, got {confidence!r}")
+        # Normalised to UTC here, at the boundary: SQLite stores UTC stamps without an offset and
+        # compares them as text, so an instant given with +08:00 must be converted, not relabelled.
         for name in ("created_after", "created_before"):
-            value = getattr(self, name)
-            if value is not None and value.tzinfo is None:
-                object.__setattr__(self, name, value.replace(tzinfo=UTC))
+            object.__setattr__(self, name, as_utc(getattr(self, name)))
         if self.created_after and self.created_before and self.created_after > self.created_before:
             raise QueryError("created_after is later than created_before")
 

@@ -125,6 +125,23 @@ def test_filters_narrow_and_count(storage: MemoryStorage, where: FactFilter, exp
     assert count_facts(where, storage=storage) == len(expected)
 
 
+@pytest.mark.parametrize(
+    "since",
+    [
+        datetime(2026, 3, 3, 12, tzinfo=UTC),
+        datetime.fromisoformat("2026-03-03T20:00:00+08:00"),
+        datetime.fromisoformat("2026-03-03T07:00:00-05:00"),
+    ],
+    ids=["utc", "plus-8", "minus-5"],
+)
+def test_time_filters_compare_instants_whatever_the_offset(storage: MemoryStorage, since: datetime) -> None:
+    # The same instant written in three offsets selects the same facts on every provider (issue 14.2):
+    # SQLite keeps UTC text without an offset, so the bound must be converted, not relabelled.
+    after = set(ids(list_facts(FactFilter(created_after=since), storage=storage)))
+    before = set(ids(list_facts(FactFilter(created_before=since), storage=storage)))
+    assert (after, before) == ({"a3", "a4", "c1", "b1", "b2", "g1"}, {"a1", "a2"})
+
+
 def test_search_finds_hyphenated_words_and_ranks_by_relevance_then_confidence(storage: MemoryStorage) -> None:
     page = search_facts("deer-flow", storage=storage)
     assert set(ids(page)) == {"a1", "b1", "g1"}
