@@ -57,9 +57,16 @@ _CLAUSE_SPLIT = re.compile(
     r"\s*(?:[,，;；]\s*(?:(?:and|but|so)\s+)?|\s+(?:and|but|so)\s+)(?=(?:i\b|i'[md]\b|my\b|我))",
     re.IGNORECASE,
 )
+# "I work at Acme and prefer Python": the second clause's subject is implied. It is split off and
+# given its "I" back, so it reads "User prefers Python", not "User works at Acme and prefer Python".
+_IMPLIED_SUBJECT_SPLIT = re.compile(
+    r"\s*,?\s+and\s+(?=(?:prefer|like|love|enjoy|hate|dislike|want|need|plan|hope|work|live)\b)",
+    re.IGNORECASE,
+)
 _EN_LEAD = (
     r"^(?:(?:hi|hello|hey|so|and|but|also|well|actually|honestly|btw|oh|ok|okay|yes|no|fyi)\b[,!.]?\s*)*"
 )
+_FIRST_PERSON_START = re.compile(_EN_LEAD + r"i\b", re.IGNORECASE)
 _QUESTION_END = re.compile(r"(?:[?？]|[吗呢][。！？?!.]?)\s*$")
 _TRAILING_PUNCT = " \t.,;:!?。，；：！？…~吧啊呀哦嘛"
 _PRONOUNS = {"my": "their", "our": "their", "me": "them", "myself": "themselves", "mine": "theirs"}
@@ -261,7 +268,15 @@ def _clauses(text: str) -> list[str]:
     for sentence in _SENTENCE_SPLIT.split(text):
         sentence = sentence.strip()
         if sentence and not _QUESTION_END.search(sentence):
-            clauses.extend(part.strip() for part in _CLAUSE_SPLIT.split(sentence) if part.strip())
+            for part in _CLAUSE_SPLIT.split(sentence):
+                part = part.strip()
+                if not part:
+                    continue
+                if not _FIRST_PERSON_START.match(part):  # "Bob and Alice work at Acme" is not about the user
+                    clauses.append(part)
+                    continue
+                first, *implied = _IMPLIED_SUBJECT_SPLIT.split(part)
+                clauses.extend([first, *(f"I {rest}" for rest in implied)])
     return clauses
 
 

@@ -162,3 +162,18 @@ def test_every_fact_passes_the_default_threshold_when_applied() -> None:
     )
     result = apply_updates(create_empty_memory(), reply, thread_id="t", config=MemoryConfig())
     assert len(result["facts"]) == 4
+
+
+def test_a_clause_with_an_implied_subject_reads_as_its_own_statement() -> None:
+    # Issue 14.9: "User works at Acme and prefer Python" was the old, ungrammatical fact.
+    assert facts_of("I work at Acme and prefer Python.") == [
+        ("User works at Acme", "context"),
+        ("User prefers Python", "preference"),
+    ]
+    assert facts_of("So I live in Lisbon and love surfing.") == [
+        ("User lives in Lisbon", "context"),
+        ("User loves surfing", "preference"),
+    ]
+    # Only the user's own statements are split: a third-person subject stays unmatched.
+    assert facts_of("Bob and Alice work at Acme.") == []
+    assert facts_of("I like tea and biscuits.") == [("User likes tea and biscuits", "preference")]
