@@ -21,14 +21,27 @@ class _MemstoreGroup(click.Group):
             raise click.ClickException(str(exc)) from exc
 
 
+def _set_verbose(ctx: click.Context, _param: click.Parameter, verbose: bool) -> None:
+    """Log memstore's own INFO messages to stderr; libraries (Alembic, SQLAlchemy) stay at WARNING."""
+    if verbose:
+        logging.getLogger(_package).setLevel(logging.INFO)
+
+
+# One option object shared by the group and every subcommand, so -v works before or after them.
+VERBOSE = click.Option(
+    ["-v", "--verbose"],
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_set_verbose,
+    help="Log memstore's INFO messages to stderr.",
+)
+
+
 @click.group(cls=_MemstoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level to stderr.")
-def main(verbose: bool) -> None:
+def main() -> None:
     """memstore: long-term memory for LLM agent gateways, kept in SQL."""
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger(_package).setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
 def _register() -> None:
@@ -54,6 +67,14 @@ def _register() -> None:
     main.add_command(show)
     main.add_command(stats)
     main.add_command(vacuum)
+    _add_verbose(main)
+
+
+def _add_verbose(command: click.Command) -> None:
+    command.params.append(VERBOSE)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_verbose(sub)
 
 
 _register()

@@ -17,7 +17,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.config import get_memory_config
 from memstore.errors import MemstoreError
-from memstore.storage.sql import migrate
+from memstore.storage.loader import load_storage_class
+from memstore.storage.sql import SqlMemoryStorage, migrate
 from memstore.storage.sql.engine import database_url_from_config, dispose_engines, mask_url
 
 url_option = click.option(
@@ -93,10 +94,17 @@ def sql(dialect: migrate.Dialect | None, from_rev: str | None, to_rev: str) -> N
 
 
 def _resolve(url: str | None) -> str:
+    """``--url``, else the configured provider's database; a provider without one is an error."""
     if url:
         return url
+    config = get_memory_config()
     try:
-        return database_url_from_config(get_memory_config())
+        if not issubclass(load_storage_class(config.storage_class), SqlMemoryStorage):
+            raise click.ClickException(
+                f"the configured storage_class {config.storage_class} keeps no database "
+                "(pass --url to work on one)"
+            )
+        return database_url_from_config(config)
     except MemstoreError as exc:
         raise click.ClickException(str(exc)) from exc
 

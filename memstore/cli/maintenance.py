@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import click
 
+from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_counts, echo_json
-from memstore.queries import erase_user
+from memstore.queries import erase_user, list_scopes
 from memstore.queries import vacuum as vacuum_store
 
 
@@ -20,12 +21,17 @@ def erase(user_id: str, yes: bool, as_json: bool) -> None:
     """Delete every row of a user: all scopes, facts, summaries and audit history.
 
     Updates for the user still queued in running gateways are refused when they arrive (SQL
-    provider), so the memory does not come back.
+    provider), so the memory does not come back. Exits with 4, erasing nothing, when nothing is
+    stored for the user.
     """
     if not yes:
         if not sys.stdin.isatty():
             raise click.UsageError("refusing to erase without --yes when not run from a terminal")
         click.confirm(f"Erase all memory of user {user_id!r}? This cannot be undone", abort=True)
+    if not list_scopes(user_id):
+        # A typo in a person's erasure request must not pass as done, nor leave an erasure record.
+        click.echo(f"nothing is stored for user {user_id!r}: nothing was erased (check the id)", err=True)
+        raise SystemExit(EXIT_NOTHING_MATCHED)
     counts = erase_user(user_id)
     if as_json:
         echo_json({"user": user_id, "deleted": counts})

@@ -26,6 +26,18 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None
         click.echo("  ".join(_pad(text, width) for text, width in zip(row, widths, strict=True)).rstrip())
 
 
+def human_bytes(size: int) -> str:
+    """``8,215,911`` bytes as ``7.8 MiB``: binary units, one decimal above a KiB."""
+    if size < 1024:
+        return f"{size} bytes"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1024:.1f} TiB"
+
+
 def echo_counts(title: str, counts: dict[str, int]) -> None:
     click.echo(title)
     for name, count in counts.items():

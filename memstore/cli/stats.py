@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from memstore.cli.output import echo_json, echo_table
+from memstore.cli.output import echo_json, echo_table, human_bytes
 from memstore.queries import memory_stats
 from memstore.storage.loader import get_memory_storage
 
@@ -20,7 +20,7 @@ def stats(as_json: bool) -> None:
         return
     click.echo(f"storage: {type(storage).__name__} {getattr(storage, 'url', '')}".rstrip())
     click.echo(f"users: {figures.users}  scopes: {figures.scopes}  facts: {figures.facts}")
-    size = "unknown" if figures.database_bytes is None else f"{figures.database_bytes:,} bytes"
+    size = "unknown" if figures.database_bytes is None else human_bytes(figures.database_bytes)
     click.echo(f"size on disk: {size}")
     if figures.facts_by_category:
         echo_table(("CATEGORY", "FACTS"), sorted(figures.facts_by_category.items()))

@@ -8,13 +8,12 @@ from pathlib import Path
 
 import click
 
+from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
 from memstore.ops.transfer import ImportReport, export_scopes, import_entries
 from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
 from memstore.storage.file.layout import TreeEntry, discover_tree
 from memstore.storage.loader import get_memory_storage
-
-EXIT_INVALID_ITEMS = 3
 
 
 @click.command("import")

@@ -1,15 +1,23 @@
-"""Provider fixtures: the storage contract suite runs against every provider listed here."""
+"""Provider fixtures (the storage contract suite runs on every provider listed here) and the CLI runner."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.engine import dispose_engines
 
 StorageFactory = Callable[[], MemoryStorage]
 
@@ -33,3 +41,37 @@ def storage_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
 @pytest.fixture
 def storage(storage_factory: StorageFactory) -> MemoryStorage:
     return storage_factory()
+
+
+@dataclass
+class Cli:
+    env: dict[str, str]
+    url: str
+
+    def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
+        assert executable is not None
+        return subprocess.run(
+            [executable, *args], capture_output=True, text=True, env=self.env, input=stdin, check=False
+        )
+
+    def json(self, *args: str) -> Any:
+        result = self(*args, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env["MEMSTORE_DATA_DIR"] = str(tmp_path / "data")
+    if request.param == "postgresql":
+        url = str(request.getfixturevalue("pg_url"))
+        env["MEMSTORE_DATABASE_URL"] = url
+        runner = Cli(env, url)
+        upgraded = runner("db", "upgrade")
+        assert upgraded.returncode == 0, upgraded.stderr
+    else:
+        runner = Cli(env, f"sqlite:///{tmp_path / 'data' / 'memory.db'}")
+    yield runner
+    dispose_engines()

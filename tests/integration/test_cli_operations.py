@@ -8,52 +8,14 @@ an operator would, reading their tables and ``--json`` output.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
-from memstore.storage.sql.engine import dispose_engines, get_engine
-
-
-@dataclass
-class Cli:
-    env: dict[str, str]
-    url: str
-
-    def __call__(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-        executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
-        assert executable is not None
-        return subprocess.run(
-            [executable, *args], capture_output=True, text=True, env=self.env, input=stdin, check=False
-        )
-
-    def json(self, *args: str) -> Any:
-        result = self(*args, "--json")
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
-    env["MEMSTORE_DATA_DIR"] = str(tmp_path / "data")
-    if request.param == "postgresql":
-        url = str(request.getfixturevalue("pg_url"))
-        env["MEMSTORE_DATABASE_URL"] = url
-        runner = Cli(env, url)
-        upgraded = runner("db", "upgrade")
-        assert upgraded.returncode == 0, upgraded.stderr
-    else:
-        runner = Cli(env, f"sqlite:///{tmp_path / 'data' / 'memory.db'}")
-    yield runner
-    dispose_engines()
+from memstore.storage.sql.engine import get_engine
+from tests.integration.conftest import Cli
 
 
 def _document(facts: list[tuple[str, str, str, float]], summary: str = "") -> dict[str, Any]:

@@ -8,10 +8,12 @@ failing to upgrade a read lock. PostgreSQL: psycopg 3 with ``pool_pre_ping``.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
@@ -24,6 +26,9 @@ PG_CONNECT_TIMEOUT_SECONDS = 10
 DEFAULT_SQLITE_FILE = "memory.db"
 # Execution option: a connection carrying it begins its transaction with BEGIN IMMEDIATE.
 SQLITE_WRITE_OPTION = "memstore_sqlite_write"
+
+# In text that is not a URL: "scheme://user:<this part>@host".
+_PASSWORD_LIKE = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 
 _engines: dict[tuple[int, str], Engine] = {}
 _engines_lock = threading.Lock()
@@ -38,11 +43,25 @@ def database_url_from_config(config: MemoryConfig) -> str:
 
 
 def mask_url(url: str | URL) -> str:
-    """The URL with any password replaced by ``***``: the only form that may reach logs or output."""
+    """The URL with any password replaced by ``***``: the only form that may reach logs or output.
+
+    A URL given as text keeps the form the user typed (only the password is replaced), so an
+    error names exactly what is in their configuration. Text that does not even parse as a URL
+    is shown as it is, except for anything between ``user:`` and ``@``.
+    """
+    if isinstance(url, URL):
+        return url.render_as_string(hide_password=True)
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        password = make_url(url).password
     except Exception:
-        return "<unparseable database URL>"
+        return _PASSWORD_LIKE.sub(r"\1***@", url)
+    if password is None:
+        return url
+    secret = str(password)
+    for form in (quote(secret, safe=""), quote(secret), secret):
+        if f":{form}@" in url:
+            return url.replace(f":{form}@", ":***@")
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def normalize_url(url: str | URL) -> URL:

@@ -1,0 +1,10 @@
+"""The ``memstore`` command's exit codes, in one place (documented in docs/operations.md)."""
+
+EXIT_ERROR = 1
+"""A memstore error, printed as one line on stderr."""
+EXIT_USAGE = 2
+"""Click's usage error: unknown option, bad value."""
+EXIT_INVALID_ITEMS = 3
+"""``import`` finished, but some items were invalid (the valid ones were imported)."""
+EXIT_NOTHING_MATCHED = 4
+"""``show`` or ``erase`` found nothing stored for the user (or scope): usually a mistyped id."""

@@ -1,0 +1,120 @@
+"""What a new user stumbled on with the CLI (issue 14), through the real console entry point.
+
+Each test runs ``memstore`` as a subprocess on SQLite and PostgreSQL (and the file provider where
+the behaviour is about it), reading stdout, stderr and the exit code as a user or a script would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
+from memstore.config import FILE_STORAGE_CLASS
+from tests.integration.conftest import Cli
+
+
+def _import_alice(cli: Cli, tmp_path: Path) -> None:
+    document = {
+        "version": "1.0",
+        "user": {},
+        "history": {},
+        "facts": [
+            {"id": "fact_a1", "content": "Alice drinks tea", "category": "preference", "confidence": 0.9}
+        ],
+    }
+    path = tmp_path / "alice.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    imported = cli("import", str(path), "--user", "alice")
+    assert imported.returncode == 0, imported.stderr
+
+
+def test_show_says_when_nothing_is_stored(cli: Cli, tmp_path: Path) -> None:
+    _import_alice(cli, tmp_path)
+    shown = cli("show", "--user", "alice")
+    assert shown.returncode == 0 and "Alice drinks tea" in shown.stdout
+
+    for args in (
+        ["--user", "nobody"],
+        ["--user", "alice", "--agent", "coder"],
+        ["--user", "nobody", "--json"],
+    ):
+        missing = cli("show", *args)
+        assert missing.returncode == EXIT_NOTHING_MATCHED, missing
+        assert missing.stdout == "" and "nothing is stored for" in missing.stderr
+        assert "last updated" not in missing.stderr
+
+
+def test_erase_of_an_unknown_user_erases_nothing_and_says_so(cli: Cli, tmp_path: Path) -> None:
+    _import_alice(cli, tmp_path)
+    typo = cli("erase", "--user", "alcie", "--yes")
+    assert typo.returncode == EXIT_NOTHING_MATCHED
+    assert "nothing was erased" in typo.stderr and "'alcie'" in typo.stderr
+    # No erasure record was left for the typo: vacuum with a zero horizon finds none to purge.
+    purged = cli.json("vacuum", "--older-than", "0")
+    assert purged["purged"]["memory_erasures"] == 0
+    assert "Alice drinks tea" in cli("show", "--user", "alice").stdout
+
+    erased = cli("erase", "--user", "alice", "--yes")
+    assert erased.returncode == 0 and "erased user alice" in erased.stdout
+
+
+def test_stats_prints_human_units_and_json_keeps_bytes(cli: Cli, tmp_path: Path) -> None:
+    _import_alice(cli, tmp_path)
+    table = cli("stats")
+    assert table.returncode == 0, table.stderr
+    size_line = next(line for line in table.stdout.splitlines() if line.startswith("size on disk:"))
+    assert re.fullmatch(r"size on disk: \d+\.\d (KiB|MiB|GiB)", size_line), size_line
+    figures = cli.json("stats")
+    assert isinstance(figures["database_bytes"], int) and figures["database_bytes"] > 1024
+
+
+def test_verbose_works_after_the_subcommand_and_hides_alembic_chatter(cli: Cli) -> None:
+    for args in (["-v", "db", "upgrade"], ["db", "upgrade", "-v"], ["db", "current", "--verbose"]):
+        result = cli(*args)
+        assert result.returncode == 0, result.stderr
+        assert "Context impl" not in result.stderr and "Will assume" not in result.stderr
+    first = cli("db", "downgrade", "base")
+    assert first.returncode == 0, first.stderr
+    upgraded = cli("db", "upgrade", "-v")
+    assert "INFO memstore" in upgraded.stderr  # memstore's own INFO lines do show
+
+
+def test_a_bad_url_is_shown_as_typed(cli: Cli) -> None:
+    result = cli("db", "current", "--url", "postgresql//missing-colon@host/db")
+    assert result.returncode == 1
+    assert "'postgresql//missing-colon@host/db' is not a valid SQLAlchemy URL" in result.stderr
+    secret = cli("db", "current", "--url", "postgresql+psycopg://u:hunter2secret@127.0.0.1:1/db")
+    assert secret.returncode == 1
+    assert "hunter2secret" not in secret.stderr + secret.stdout
+    assert "postgresql+psycopg://u:***@127.0.0.1:1/db" in secret.stderr
+
+
+def test_db_commands_say_the_file_provider_has_no_database(tmp_path: Path) -> None:
+    cli = Cli(
+        {
+            **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")},
+            "MEMSTORE_DATA_DIR": str(tmp_path / "data"),
+            "MEMSTORE_STORAGE_CLASS": FILE_STORAGE_CLASS,
+        },
+        url="",
+    )
+    for args in (["db", "current"], ["db", "upgrade"]):
+        result = cli(*args)
+        assert result.returncode == 1
+        assert "keeps no database" in result.stderr and FILE_STORAGE_CLASS in result.stderr
+    assert not (tmp_path / "data" / "memory.db").exists()
+    explicit = cli("db", "current", "--url", f"sqlite:///{tmp_path / 'other.db'}")
+    assert explicit.returncode == 0, explicit.stderr
+
+
+@pytest.mark.parametrize("args", [["show", "--user", "nobody"], ["erase", "--user", "nobody", "--yes"]])
+def test_nothing_matched_on_the_file_provider_too(tmp_path: Path, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env |= {"MEMSTORE_DATA_DIR": str(tmp_path / "data"), "MEMSTORE_STORAGE_CLASS": FILE_STORAGE_CLASS}
+    result = Cli(env, url="")(*args)
+    assert result.returncode == EXIT_NOTHING_MATCHED and "nothing" in result.stderr
