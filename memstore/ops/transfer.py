@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memstore.document import SECTION_GROUPS, MemoryDocument
+from memstore.document import SECTION_GROUPS, MemoryDocument, fact_content_key
 from memstore.errors import InvalidDocumentError
 from memstore.scope import Scope
 from memstore.storage.base import MemoryStorage
@@ -88,6 +88,7 @@ def import_entries(
             stored = storage.load(entry.agent_name, user_id=entry.user_id)
             # Without a revision the save replaces the scope, which is what an import means.
             incoming = {key: value for key, value in document.items() if key != "revision"}
+            incoming["facts"] = _with_stored_ids(incoming.get("facts", []), stored)
             if same_memory(stored, incoming):
                 report.unchanged.append(entry)
             elif dry_run or storage.save(incoming, entry.agent_name, user_id=entry.user_id, origin="import"):
@@ -97,6 +98,26 @@ def import_entries(
         if on_item is not None:
             on_item(entry)
     return report
+
+
+def _with_stored_ids(facts: list[dict[str, Any]], stored: MemoryDocument) -> list[dict[str, Any]]:
+    """Facts without an ``id`` take the id of the stored fact with the same content key.
+
+    Otherwise every run would give them fresh ids, tombstone the rows of the last run and bump
+    the revision: a re-import must find them unchanged. Facts that have an id keep it.
+    """
+    stored_facts = stored.get("facts")
+    owners = {
+        fact_content_key(fact["content"]): fact["id"]
+        for fact in (stored_facts if isinstance(stored_facts, list) else [])
+        if isinstance(fact, dict) and isinstance(fact.get("content"), str) and isinstance(fact.get("id"), str)
+    }
+    explicit = {fact["id"] for fact in facts if "id" in fact}
+    adopted: list[dict[str, Any]] = []
+    for fact in facts:
+        owner = owners.get(fact_content_key(fact["content"])) if "id" not in fact else None
+        adopted.append({"id": owner, **fact} if owner is not None and owner not in explicit else fact)
+    return adopted
 
 
 def export_scopes(storage: MemoryStorage, scopes: Iterable[Scope], destination: Path) -> list[Path]:

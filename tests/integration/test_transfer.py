@@ -100,3 +100,45 @@ def test_export_then_import_is_a_no_op(tmp_path: Path, storage: MemoryStorage) -
     again, _ = discover_tree(tmp_path / "export")
     report = import_entries(storage, again)
     assert report.imported == [] and len(report.unchanged) == 5
+
+
+def test_reimporting_facts_without_ids_writes_nothing(tmp_path: Path, storage: MemoryStorage) -> None:
+    # Issue 14.1: every run used to give id-less facts fresh ids, tombstone the last run's rows and
+    # bump the revision. At scale: 20 users with 90 id-less facts each (under the max_facts cap).
+    users = [f"user{index:02d}" for index in range(20)]
+    for user in users:
+        document = create_empty_memory()
+        document["facts"] = [
+            {"content": f"{user} fact number {index}", "category": "context", "confidence": 0.8}
+            for index in range(90)
+        ]
+        document["facts"].append({"id": "fact_keep0001", "content": f"{user} has an id", "confidence": 0.9})
+        _write(tmp_path / "tree" / "users" / user / "memory.json", document)
+    entries, _ = discover_tree(tmp_path / "tree")
+
+    first = import_entries(storage, entries)
+    assert len(first.imported) == len(users)
+    stored = {user: storage.reload(user_id=user) for user in users}
+    # SQL gives id-less facts ids; the file provider keeps the document as given (no ids).
+    ids = {user: [fact.get("id") for fact in doc["facts"]] for user, doc in stored.items()}
+    assert all(len(found) == 91 and "fact_keep0001" in found for found in ids.values())
+
+    for _ in range(2):
+        again = import_entries(storage, entries)
+        assert (again.imported, len(again.unchanged)) == ([], len(users))
+    for user in users:
+        after = storage.reload(user_id=user)
+        assert [fact.get("id") for fact in after["facts"]] == ids[user]
+        assert (after.get("revision"), after["lastUpdated"]) == (
+            stored[user].get("revision"),
+            stored[user]["lastUpdated"],
+        )
+
+    # A changed document is still imported, and its id-less facts keep their ids where the content matches.
+    path = tmp_path / "tree" / "users" / "user00" / "memory.json"
+    changed_document = json.loads(path.read_text(encoding="utf-8"))
+    changed_document["facts"][0]["confidence"] = 0.95
+    _write(path, changed_document)
+    changed = import_entries(storage, entries)
+    assert len(changed.imported) == 1
+    assert [fact.get("id") for fact in storage.reload(user_id="user00")["facts"]] == ids["user00"]
