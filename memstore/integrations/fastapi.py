@@ -208,14 +208,11 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "No fact with this id in the caller's memory"},
 }
-_DUPLICATE: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorResponse, "description": "The same content is already stored as another fact"},
-}
 _CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {
         "model": ErrorResponse,
-        "description": "The same content is already stored as another fact, or another writer "
-        "changed this fact first (nothing was stored)",
+        "description": "Nothing was stored: the same content is already stored as another fact, "
+        "or (PATCH) another writer changed this fact first",
     },
 }
 
@@ -351,7 +348,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         summary="Add a fact to the caller's memory",
         response_model=MemoryResponse,
         response_model_exclude_none=True,
-        responses={**_ERRORS, **_DUPLICATE},
+        responses={**_ERRORS, **_CONFLICT},
     )
     def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
         with _mapped_errors():
