@@ -18,6 +18,22 @@ FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "co
 DEFAULT_CATEGORY = "context"
 """The category of a fact that names none (an LLM that omits it, a manual fact, an old document)."""
 
+# Size caps for everything that enters memory: extractor replies, the fact helpers and tools, the
+# HTTP API and imports. One fact or summary over them would crowd everything else out of the
+# injected block, and a document without them can exhaust the server that parses it.
+MAX_FACT_CHARS = 2_000
+"""The longest fact content (and ``sourceError``), after stripping."""
+MAX_SUMMARY_CHARS = 8_000
+"""The longest section summary."""
+MAX_CATEGORY_CHARS = 64
+"""The longest category name."""
+MAX_DOCUMENT_FACTS = 5_000
+"""The most facts one imported document may carry: ten times the largest ``max_facts``."""
+MAX_DOCUMENT_BYTES = 16 * 1024 * 1024
+"""The largest document file ``memstore import`` reads, and request body ``memstore serve`` accepts."""
+MAX_DOCUMENT_DEPTH = 32
+"""The deepest nesting of objects and lists an imported document may have (a real one has 4)."""
+
 
 def utc_now_iso_z() -> str:
     """UTC now as ISO-8601 with a ``Z`` suffix, the timestamp format stored in documents."""

@@ -92,6 +92,21 @@ class DuplicateFactError(MemstoreError, ValueError):
         self.existing_id = existing_id
 
 
+class FactEditConflictError(MemstoreError):
+    """Another writer changed the fact between this edit's load and its save, and kept its version.
+
+    Concurrent saves merge with "first committer wins" per fact, so nothing of this edit was
+    stored; reload the fact and edit it again.
+    """
+
+    def __init__(self, fact_id: str) -> None:
+        super().__init__(fact_id)
+        self.fact_id = fact_id
+
+    def __str__(self) -> str:
+        return f"Fact {self.fact_id} was changed by another writer first; this edit was not stored"
+
+
 class InvalidFactError(MemstoreError, ValueError):
     """A manual fact field that cannot be stored.
 

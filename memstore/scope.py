@@ -42,13 +42,22 @@ def resolve_scope(agent_name: str | None, user_id: str | None) -> Scope:
     return validate_user_id(user_id), normalize_agent_name(agent_name)
 
 
-def make_safe_user_id(raw: str) -> str:
-    """Map an external identity (an email, a UUID with braces...) to a valid, collision-free id.
+_ENCODED_SUFFIX = re.compile(r"-[0-9a-f]{16}\Z")
+"""The form of every encoded id; a raw id that already has it is encoded too."""
 
-    Unsafe characters become ``-``; when anything changed, a hash suffix keeps two raw ids
-    that sanitise alike (``a.b@x`` and ``a-b@x``) in different scopes.
+
+def make_safe_user_id(raw: str) -> str:
+    """Map an external identity (an email, a UUID with braces...) to a valid user id of its own.
+
+    A raw id that is already valid passes through unchanged. Anything else becomes its sanitised
+    text (unsafe characters turned into ``-``, cut at 100) plus ``-`` and 16 hex digits of its
+    SHA-256, so ``a.b@x`` and ``a-b@x`` land in different scopes. That suffix is reserved: a raw
+    id that is valid but already ends like an encoded one (``carol-example-com-e0d47ca1bc1eb62e``,
+    which is what ``carol@example.com`` maps to) is encoded as well, so no raw id can map onto
+    another's scope. Two different raw ids share an id only if their 64-bit digests collide
+    (with the same first 100 characters, sanitised).
     """
+    if USER_ID_PATTERN.fullmatch(raw) and not _ENCODED_SUFFIX.search(raw):
+        return raw
     safe = re.sub(r"[^A-Za-z0-9_-]", "-", raw)[:100]
-    if safe != raw or not safe:
-        safe = f"{safe}-{hashlib.sha256(raw.encode('utf-8')).hexdigest()[:16]}"
-    return safe
+    return f"{safe}-{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"

@@ -6,19 +6,27 @@ import logging
 from typing import Any
 
 import click
+from sqlalchemy.exc import DBAPIError
 
 from memstore import __name__ as _package
 from memstore.errors import MemstoreError
 
 
 class _MemstoreGroup(click.Group):
-    """Turns memstore's own errors into a one-line message and exit code 1, not a traceback."""
+    """Turns memstore's own errors into a one-line message and exit code 1, not a traceback.
+
+    A database error the storage layer did not map (a corrupt SQLite page met by a query, say)
+    is one line too: the driver's first line, without the SQL.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except MemstoreError as exc:
             raise click.ClickException(str(exc)) from exc
+        except DBAPIError as exc:
+            reason = str(exc.orig).strip().splitlines() or [type(exc.orig).__name__]
+            raise click.ClickException(f"database error: {reason[0]}") from exc
 
 
 def _set_verbose(ctx: click.Context, _param: click.Parameter, verbose: bool) -> None:

@@ -2,35 +2,17 @@
 
 A gateway mounts ``memstore.integrations.fastapi.create_memory_router`` behind its own
 authentication. Stand-alone there is none, so the operator must say explicitly who the caller
-is: one fixed user, or a header that a trusted reverse proxy sets.
+is: one fixed user, or a header that a trusted reverse proxy sets. What the app refuses on its
+own (foreign Host names, oversized bodies, repeated identity headers) is in ``serve_app.py``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import click
 
-from memstore.scope import make_safe_user_id, validate_user_id
+from memstore.document import MAX_DOCUMENT_BYTES
+from memstore.scope import validate_user_id
 from memstore.storage.loader import get_memory_storage
-
-
-def _header_user(name: str) -> Callable[..., str]:
-    from fastapi import Header, HTTPException
-
-    def user_from_header(raw: str = Header(default="", alias=name)) -> str:
-        if not raw.strip():
-            raise HTTPException(401, f"missing {name} header")
-        return make_safe_user_id(raw.strip())
-
-    return user_from_header
-
-
-def _fixed_user(user_id: str) -> Callable[[], str]:
-    def fixed() -> str:
-        return user_id
-
-    return fixed
 
 
 @click.command()
@@ -40,9 +22,18 @@ def _fixed_user(user_id: str) -> Callable[[], str]:
 @click.option(
     "--user-header",
     help="Take the user from this request header (external ids pass through make_safe_user_id). "
-    "Only behind a reverse proxy that authenticates callers, sets it and drops any copy a client sent.",
+    "Only behind a reverse proxy that authenticates callers and replaces any copy a client sent.",
 )
-def serve(host: str, port: int, user_id: str | None, user_header: str | None) -> None:
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    help="A Host name requests may carry (repeatable; IPv6 in brackets; '*' accepts any). "
+    "Default: the --host address, plus localhost, 127.0.0.1 and [::1] for a loopback address.",
+)
+def serve(
+    host: str, port: int, user_id: str | None, user_header: str | None, allowed_hosts: tuple[str, ...]
+) -> None:
     """Serve the /api/memory endpoints over HTTP (needs the 'server' extra)."""
     if (user_id is None) == (user_header is None):
         raise click.UsageError(
@@ -51,26 +42,33 @@ def serve(host: str, port: int, user_id: str | None, user_header: str | None) ->
         )
     try:
         import uvicorn
-        from fastapi import FastAPI
 
-        from memstore.integrations.fastapi import create_memory_router
+        from memstore.cli.serve_app import create_app, default_allowed_hosts, fixed_user, header_user
     except ImportError as exc:
         raise click.ClickException(
             f"memstore serve needs FastAPI and uvicorn: pip install 'memstore[server]' ({exc})"
         ) from exc
 
+    hosts = list(allowed_hosts) or default_allowed_hosts(host)
+    if hosts is None:
+        raise click.UsageError(
+            f"--host {host!r} listens on every address: name the Host headers to accept with "
+            "--allowed-host NAME (repeatable), or --allowed-host '*' to accept any"
+        )
     if user_id is not None:
         validate_user_id(user_id)
-        identity = _fixed_user(user_id)
+        identity = fixed_user(user_id)
         who = f"every request acts as user {user_id!r}"
     else:
-        identity = _header_user(str(user_header))
+        identity = header_user(str(user_header))
         who = (
             f"the user is taken from the {user_header} header; anyone who can reach this port without "
             "going through your reverse proxy can claim any user"
         )
     get_memory_storage()  # fail now, with one line, on a bad database or storage setting
-    app = FastAPI(title="memstore", summary="Long-term memory API")
-    app.include_router(create_memory_router(identity))
-    click.echo(f"memstore: serving http://{host}:{port}/api/memory (OpenAPI docs at /docs); {who}")
+    app = create_app(identity, allowed_hosts=hosts, max_body_bytes=MAX_DOCUMENT_BYTES)
+    click.echo(
+        f"memstore: serving http://{host}:{port}/api/memory (OpenAPI docs at /docs); {who}; "
+        f"accepting Host {', '.join(hosts)}"
+    )
     uvicorn.run(app, host=host, port=port)

@@ -78,7 +78,7 @@ def memory_add(
     """Remember a stable fact about the user. Prefer memory_update over adding a near-duplicate.
 
     Args:
-        content: The fact, as one short sentence.
+        content: The fact, as one short sentence (at most 2000 characters).
         category: One of preference, knowledge, context, behavior, goal, correction.
         confidence: How sure you are, from 0 to 1.
     """
@@ -112,7 +112,7 @@ def memory_update(
 
     Args:
         fact_id: The id returned by memory_search or memory_add.
-        content: New text of the fact.
+        content: New text of the fact (at most 2000 characters).
         category: New category.
         confidence: New confidence, from 0 to 1.
     """

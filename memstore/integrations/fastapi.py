@@ -7,30 +7,45 @@ the caller's scope is a 404, whoever else owns it.
 
 Handlers are plain functions: FastAPI runs them in its thread pool, so blocking database I/O
 never stalls the event loop.
+
+Request models carry the core's size caps (``memstore.document``), so an oversized fact, summary
+or import is a 422 before it reaches storage. The router does not limit the raw body size: that
+is the mounting app's or its proxy's job (``memstore serve`` sets one).
 """
 
 # No ``from __future__ import annotations``: FastAPI must evaluate the handlers' annotations,
 # which refer to the factory's local ``Owner``.
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 try:
-    from fastapi import APIRouter, Depends, Query
+    from fastapi import APIRouter, Depends, Query, Request, Response
     from fastapi.exceptions import HTTPException, RequestValidationError
+    from fastapi.routing import APIRoute
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
     raise ImportError("memstore.integrations.fastapi needs FastAPI: pip install 'memstore[server]'") from exc
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from memstore.config import get_memory_config
-from memstore.document import DEFAULT_CATEGORY, MemoryDocument
+from memstore.document import (
+    DEFAULT_CATEGORY,
+    MAX_CATEGORY_CHARS,
+    MAX_DOCUMENT_FACTS,
+    MAX_FACT_CHARS,
+    MAX_SUMMARY_CHARS,
+    MemoryDocument,
+)
 from memstore.errors import (
     DuplicateFactError,
+    FactEditConflictError,
     FactNotFoundError,
+    InvalidDocumentError,
     InvalidFactError,
     InvalidScopeError,
+    QueryError,
     StorageUnavailableError,
     StorageWriteError,
 )
@@ -53,6 +68,7 @@ __all__ = [
     "FactPatchRequest",
     "HistoryContext",
     "MemoryConfigResponse",
+    "MemoryImportRequest",
     "MemoryResponse",
     "MemoryStatusResponse",
     "UserContext",
@@ -93,7 +109,7 @@ class Fact(BaseModel):
 
 
 class MemoryResponse(BaseModel):
-    """One user's memory document; also the body of ``POST /import``, which replaces it whole."""
+    """One user's memory document, as stored (responses carry no caps: older data may exceed them)."""
 
     version: str = "1.0"
     lastUpdated: str = ""
@@ -102,17 +118,49 @@ class MemoryResponse(BaseModel):
     facts: list[Fact] = Field(default_factory=list)
 
 
+class ImportedSection(ContextSection):
+    summary: str = Field(default="", max_length=MAX_SUMMARY_CHARS)
+
+
+class ImportedUserContext(UserContext):
+    workContext: ImportedSection = Field(default_factory=ImportedSection)
+    personalContext: ImportedSection = Field(default_factory=ImportedSection)
+    topOfMind: ImportedSection = Field(default_factory=ImportedSection)
+
+
+class ImportedHistoryContext(HistoryContext):
+    recentMonths: ImportedSection = Field(default_factory=ImportedSection)
+    earlierContext: ImportedSection = Field(default_factory=ImportedSection)
+    longTermBackground: ImportedSection = Field(default_factory=ImportedSection)
+
+
+class ImportedFact(Fact):
+    content: str = Field(max_length=MAX_FACT_CHARS)
+    category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
+    sourceError: str | None = Field(default=None, max_length=MAX_FACT_CHARS)
+
+
+class MemoryImportRequest(BaseModel):
+    """The body of ``POST /import``, which replaces the caller's memory whole: a document as exported."""
+
+    version: str = "1.0"
+    lastUpdated: str = ""
+    user: ImportedUserContext = Field(default_factory=ImportedUserContext)
+    history: ImportedHistoryContext = Field(default_factory=ImportedHistoryContext)
+    facts: list[ImportedFact] = Field(default_factory=list, max_length=MAX_DOCUMENT_FACTS)
+
+
 class FactCreateRequest(BaseModel):
-    content: str = Field(min_length=1)
-    category: str = DEFAULT_CATEGORY
+    content: str = Field(min_length=1, max_length=MAX_FACT_CHARS)
+    category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
     confidence: float = Field(default=0.5, ge=0.0, le=1.0)
 
 
 class FactPatchRequest(BaseModel):
     """Omitted fields keep their stored value."""
 
-    content: str | None = Field(default=None, min_length=1)
-    category: str | None = None
+    content: str | None = Field(default=None, min_length=1, max_length=MAX_FACT_CHARS)
+    category: str | None = Field(default=None, max_length=MAX_CATEGORY_CHARS)
     confidence: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
@@ -160,8 +208,12 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "No fact with this id in the caller's memory"},
 }
-_DUPLICATE: dict[int | str, dict[str, Any]] = {
-    409: {"model": ErrorResponse, "description": "The same content is already stored as another fact"},
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    409: {
+        "model": ErrorResponse,
+        "description": "Nothing was stored: the same content is already stored as another fact, "
+        "or (PATCH) another writer changed this fact first",
+    },
 }
 
 
@@ -170,7 +222,7 @@ def _mapped_errors() -> Iterator[None]:
     """The one place memstore's typed errors become the documented HTTP errors."""
     try:
         yield
-    except DuplicateFactError as exc:
+    except (DuplicateFactError, FactEditConflictError) as exc:
         raise HTTPException(409, str(exc)) from exc
     except FactNotFoundError as exc:
         raise HTTPException(404, f"Memory fact '{exc.fact_id}' not found.") from exc
@@ -178,11 +230,47 @@ def _mapped_errors() -> Iterator[None]:
         raise RequestValidationError(
             [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
         ) from exc
+    except InvalidDocumentError as exc:
+        raise RequestValidationError([{"loc": ["body"], "msg": str(exc), "type": "value_error"}]) from exc
+    except QueryError as exc:
+        raise RequestValidationError([{"loc": ["query"], "msg": str(exc), "type": "value_error"}]) from exc
     except InvalidScopeError as exc:
         raise RequestValidationError([{"loc": ["user"], "msg": str(exc), "type": "value_error"}]) from exc
     except (StorageUnavailableError, StorageWriteError) as exc:
         # StorageWriteError: the provider's save returned False (the database refused the write).
         raise HTTPException(503, _UNAVAILABLE) from exc
+
+
+class _MemoryRoute(APIRoute):
+    """Answers every 422 in the documented shape: ``loc``, ``msg`` and ``type`` only.
+
+    FastAPI's own handler echoes each error's ``input`` too. A NaN or a lone surrogate in a body
+    cannot be encoded back as JSON, so the 422 for it became a 500, and the echo of a rejected
+    megabyte-sized fact doubled the traffic it cost. Doing this in the route keeps it with the
+    router whatever app mounts it.
+    """
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                raise RequestValidationError([_renderable(error) for error in exc.errors()]) from exc
+
+        return handle
+
+
+def _renderable(error: Mapping[str, Any]) -> dict[str, Any]:
+    def text(value: object) -> str:
+        return str(value).encode("utf-8", "replace").decode("utf-8")
+
+    return {
+        "loc": [part if isinstance(part, int) else text(part) for part in error.get("loc", ())],
+        "msg": text(error.get("msg", "")),
+        "type": text(error.get("type", "value_error")),
+    }
 
 
 def _memory(document: MemoryDocument) -> MemoryResponse:
@@ -200,7 +288,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
     a session...) returning the caller's memstore user id; see ``memstore.make_safe_user_id``
     for mapping external identities.
     """
-    router = APIRouter(prefix=prefix, tags=["memory"])
+    router = APIRouter(prefix=prefix, tags=["memory"], route_class=_MemoryRoute)
     Owner = Annotated[str, Depends(current_user_id)]
     document_route: dict[str, Any] = {
         "response_model": MemoryResponse,
@@ -229,7 +317,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
             return _memory(get_memory_data(user_id=owner))
 
     @router.post("/import", summary="Replace the caller's memory with a document", **document_route)
-    def import_memory(document: MemoryResponse, owner: Owner) -> MemoryResponse:
+    def import_memory(document: MemoryImportRequest, owner: Owner) -> MemoryResponse:
         with _mapped_errors():
             return _memory(import_memory_data(document.model_dump(exclude_none=True), user_id=owner))
 
@@ -242,8 +330,13 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
     )
     def search_facts(
         owner: Owner,
-        q: Annotated[str, Query(min_length=1, description="Text to look for in fact content")],
-        category: Annotated[str | None, Query(description="Only facts of this category")] = None,
+        q: Annotated[
+            str,
+            Query(min_length=1, max_length=MAX_FACT_CHARS, description="Text to look for in fact content"),
+        ],
+        category: Annotated[
+            str | None, Query(max_length=MAX_CATEGORY_CHARS, description="Only facts of this category")
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=100)] = 10,
     ) -> list[Fact]:
         with _mapped_errors():
@@ -255,7 +348,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         summary="Add a fact to the caller's memory",
         response_model=MemoryResponse,
         response_model_exclude_none=True,
-        responses={**_ERRORS, **_DUPLICATE},
+        responses={**_ERRORS, **_CONFLICT},
     )
     def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
         with _mapped_errors():
@@ -268,7 +361,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         summary="Change a fact",
         response_model=MemoryResponse,
         response_model_exclude_none=True,
-        responses={**_ERRORS, **_NOT_FOUND, **_DUPLICATE},
+        responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
     )
     def update_fact(fact_id: str, request: FactPatchRequest, owner: Owner) -> MemoryResponse:
         with _mapped_errors():

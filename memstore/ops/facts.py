@@ -7,16 +7,23 @@ Edits always start from a copy of the *loaded* document: providers may carry ext
 keys (the SQL provider's ``revision``) that let ``save`` merge concurrent writers, and a
 document rebuilt from scratch would lose them. ``clear`` is the exception, because it means
 "replace everything".
+
+A merge may drop an edit that raced another writer (a duplicate added first elsewhere, a fact
+deleted or changed first elsewhere), so each edit reads the scope back after its save, reports
+what the store holds (``DuplicateFactError``, ``FactNotFoundError``, ``FactEditConflictError``)
+and returns that stored document, never the one it sent. On the SQL provider the read after its
+own save is answered from the cache after one revision check.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from memstore.config import get_memory_config
 from memstore.document import (
     DEFAULT_CATEGORY,
+    MAX_CATEGORY_CHARS,
+    MAX_FACT_CHARS,
     MemoryDocument,
     coerce_confidence,
     create_empty_memory,
@@ -24,7 +31,19 @@ from memstore.document import (
     new_fact_id,
     utc_now_iso_z,
 )
-from memstore.errors import DuplicateFactError, FactNotFoundError, InvalidFactError, StorageWriteError
+from memstore.errors import (
+    DuplicateFactError,
+    FactEditConflictError,
+    FactNotFoundError,
+    StorageWriteError,
+)
+from memstore.ops.validation import (
+    check_document,
+    fact_category,
+    fact_confidence,
+    fact_content,
+    search_text,
+)
 from memstore.scope import resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
@@ -49,9 +68,14 @@ def reload_memory_data(agent_name: str | None = None, *, user_id: str | None = N
 def import_memory_data(
     memory: MemoryDocument, agent_name: str | None = None, *, user_id: str | None = None
 ) -> MemoryDocument:
-    """Store ``memory`` as given for the scope and return what the store now holds."""
+    """Store ``memory`` as given for the scope and return what the store now holds.
+
+    Raises ``InvalidDocumentError`` for a document over the size caps or holding text no
+    provider can store (``memstore.ops.validation.check_document``).
+    """
     if not isinstance(memory, dict):
         raise TypeError(f"memory must be a document dict, got {type(memory).__name__}")
+    check_document(memory)
     storage = get_memory_storage()
     if not storage.save(memory, agent_name, user_id=user_id, origin="import"):
         raise StorageWriteError("Failed to save imported memory data")
@@ -73,14 +97,15 @@ def create_memory_fact_with_created_fact(
     *,
     user_id: str | None = None,
 ) -> tuple[MemoryDocument, Fact]:
-    """Add a manual fact; returns the saved document and the fact that was built.
+    """Add a manual fact; returns the stored document and the fact that was built.
 
     The fact may be missing from the returned document when ``max_facts`` kept only
-    higher-confidence facts; the caller can tell by looking for its id.
+    higher-confidence facts; the caller can tell by looking for its id. A concurrent writer that
+    stored the same content first makes this a ``DuplicateFactError`` too.
     """
-    text = _validate_content(content)
-    category = _validate_category(category)
-    confidence = _validate_confidence(confidence)
+    text = fact_content(content)
+    category = fact_category(category)
+    confidence = fact_confidence(confidence)
     memory = get_memory_data(agent_name, user_id=user_id)
     facts = _facts_of(memory)
     _refuse_duplicate(facts, text, ignore_id=None)
@@ -96,8 +121,10 @@ def create_memory_fact_with_created_fact(
     }
     updated = dict(memory)
     updated["facts"] = trim_facts_to_max([*facts, created], get_memory_config().max_facts)
-    _save(updated, agent_name, user_id, "Failed to save memory after creating a fact")
-    return updated, created
+    stored = _save(updated, agent_name, user_id, "Failed to save memory after creating a fact")
+    if _fact_by_id(stored, fact_id) is None:
+        _refuse_duplicate(_facts_of(stored), text, ignore_id=fact_id)
+    return stored, created
 
 
 def create_memory_fact(
@@ -124,24 +151,36 @@ def update_memory_fact(
     *,
     user_id: str | None = None,
 ) -> MemoryDocument:
-    """Change the given fields of one fact; every other field (createdAt, source, ...) is kept."""
+    """Change the given fields of one fact; every other field (createdAt, source, ...) is kept.
+
+    Returns the stored document. A fact deleted by another writer meanwhile is a
+    ``FactNotFoundError``; one changed by another writer first is a ``FactEditConflictError``
+    (or a ``DuplicateFactError`` when that writer took the new content).
+    """
     memory = get_memory_data(agent_name, user_id=user_id)
     facts = _facts_of(memory)
     index = next((i for i, fact in enumerate(facts) if fact.get("id") == fact_id), None)
     if index is None:
         raise FactNotFoundError(fact_id)
-    changed = dict(facts[index])
+    given: Fact = {}
     if content is not None:
-        changed["content"] = _validate_content(content)
-        _refuse_duplicate(facts, changed["content"], ignore_id=fact_id)
+        given["content"] = fact_content(content)
+        _refuse_duplicate(facts, given["content"], ignore_id=fact_id)
     if category is not None:
-        changed["category"] = _validate_category(category)
+        given["category"] = fact_category(category)
     if confidence is not None:
-        changed["confidence"] = _validate_confidence(confidence)
+        given["confidence"] = fact_confidence(confidence)
     updated = dict(memory)
-    updated["facts"] = [*facts[:index], changed, *facts[index + 1 :]]
-    _save(updated, agent_name, user_id, "Failed to save memory after updating a fact")
-    return updated
+    updated["facts"] = [*facts[:index], {**facts[index], **given}, *facts[index + 1 :]]
+    stored = _save(updated, agent_name, user_id, "Failed to save memory after updating a fact")
+    held = _fact_by_id(stored, fact_id)
+    if held is None:
+        raise FactNotFoundError(fact_id)
+    if any(held.get(key) != value for key, value in given.items()):
+        if "content" in given:
+            _refuse_duplicate(_facts_of(stored), given["content"], ignore_id=fact_id)
+        raise FactEditConflictError(fact_id)
+    return stored
 
 
 def delete_memory_fact(
@@ -154,8 +193,7 @@ def delete_memory_fact(
         raise FactNotFoundError(fact_id)
     updated = dict(memory)
     updated["facts"] = kept
-    _save(updated, agent_name, user_id, "Failed to save memory after deleting a fact")
-    return updated
+    return _save(updated, agent_name, user_id, "Failed to save memory after deleting a fact")
 
 
 def search_memory_facts(
@@ -172,8 +210,12 @@ def search_memory_facts(
     confidence). Facts that only contain ``query`` as a substring (part of a word, or text the
     index cannot segment) follow, highest confidence first, as on the file provider. Case
     folding uses ``casefold``, so "STRASSE" finds "Straße". ``category`` is an exact filter.
+    A query longer than the longest fact, or text no store can hold (NUL, a lone surrogate), is
+    a ``QueryError``.
     """
-    needle = query.strip() if isinstance(query, str) else ""
+    needle = search_text("query", query.strip(), MAX_FACT_CHARS) if isinstance(query, str) else ""
+    if category is not None:
+        search_text("category", category, MAX_CATEGORY_CHARS)
     if not needle or limit <= 0:
         return []
     storage = get_memory_storage()
@@ -228,27 +270,15 @@ def _refuse_duplicate(facts: list[Fact], content: str, *, ignore_id: object) -> 
             raise DuplicateFactError(fact.get("id"))
 
 
-def _save(memory: MemoryDocument, agent_name: str | None, user_id: str | None, message: str) -> None:
-    if not get_memory_storage().save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE):
+def _fact_by_id(memory: MemoryDocument, fact_id: str) -> Fact | None:
+    return next((fact for fact in _facts_of(memory) if fact.get("id") == fact_id), None)
+
+
+def _save(
+    memory: MemoryDocument, agent_name: str | None, user_id: str | None, message: str
+) -> MemoryDocument:
+    """Save ``memory`` and return what the store holds afterwards, which a merge may have changed."""
+    storage = get_memory_storage()
+    if not storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE):
         raise StorageWriteError(message)
-
-
-def _validate_content(content: object) -> str:
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidFactError("content", "Memory fact content cannot be empty.")
-    return content.strip()
-
-
-def _validate_category(category: object) -> str:
-    if not isinstance(category, str):
-        raise InvalidFactError("category", "Memory fact category must be a string.")
-    return category.strip() or DEFAULT_CATEGORY
-
-
-def _validate_confidence(confidence: object) -> float:
-    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
-        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
-    value = float(confidence)
-    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
-    return value
+    return storage.load(agent_name, user_id=user_id)

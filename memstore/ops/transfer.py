@@ -3,6 +3,11 @@
 The tree layout is the file provider's own (``memstore.storage.file.layout``). Import is
 idempotent: a document whose sections and facts already equal the stored ones is reported
 unchanged and not written.
+
+A document file is refused before it is parsed when it is over ``MAX_DOCUMENT_BYTES``, and
+after parsing when it breaks the caps of ``memstore.ops.validation.check_document`` (fact and
+summary sizes, fact count, nesting depth): an import reads one whole file into memory, and a
+document the provider cannot copy or store must be reported, not crash the command.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memstore.document import SECTION_GROUPS, MemoryDocument, fact_content_key
+from memstore.document import MAX_DOCUMENT_BYTES, SECTION_GROUPS, MemoryDocument, fact_content_key
 from memstore.errors import InvalidDocumentError
+from memstore.ops.validation import check_document
 from memstore.scope import Scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file.layout import TreeEntry, scope_path
@@ -28,13 +34,19 @@ class ImportReport:
 
 
 def read_document(path: Path) -> MemoryDocument:
-    """Parse and shape-check one document file; raise ``InvalidDocumentError`` with the reason."""
+    """Parse and check one document file; raise ``InvalidDocumentError`` with the reason."""
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
+        with path.open("rb") as file:
+            raw = file.read(MAX_DOCUMENT_BYTES + 1)
+        if len(raw) > MAX_DOCUMENT_BYTES:
+            raise InvalidDocumentError(f"larger than the {MAX_DOCUMENT_BYTES} bytes accepted")
+        loaded = json.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidDocumentError(f"cannot read: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise InvalidDocumentError(f"not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InvalidDocumentError("not valid JSON: nested too deeply to parse") from exc
     if not isinstance(loaded, dict):
         raise InvalidDocumentError(f"expected a JSON object, found {type(loaded).__name__}")
     for group in ("user", "history"):
@@ -46,6 +58,7 @@ def read_document(path: Path) -> MemoryDocument:
     for index, fact in enumerate(facts):
         if not isinstance(fact.get("content"), str) or not fact["content"].strip():
             raise InvalidDocumentError(f"fact {index} has no text content")
+    check_document(loaded)
     return loaded
 
 

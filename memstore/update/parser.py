@@ -26,14 +26,17 @@ import re
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
-from memstore.document import DEFAULT_CATEGORY, SECTION_GROUPS
+from memstore.document import (
+    DEFAULT_CATEGORY,
+    MAX_CATEGORY_CHARS,
+    MAX_FACT_CHARS,
+    MAX_SUMMARY_CHARS,
+    SECTION_GROUPS,
+)
 from memstore.errors import MemoryUpdateParseError, UnsafeMemoryUpdateError
 
 REQUIRED_KEYS = frozenset({"user", "history", "newFacts"})
 DEFAULT_FACT_CONFIDENCE = 0.5
-MAX_FACT_CHARS = 2_000
-MAX_SUMMARY_CHARS = 8_000
-MAX_CATEGORY_CHARS = 64
 MAX_REPLY_CHARS = 1_000_000
 MAX_DECODE_FAILURES = 256
 MAX_DECODE_WORK = 16 * MAX_REPLY_CHARS

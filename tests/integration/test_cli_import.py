@@ -9,14 +9,28 @@ import subprocess
 import sys
 from pathlib import Path
 
-from memstore.config import FILE_STORAGE_CLASS
-from memstore.document import create_empty_memory
+import pytest
+
+from memstore.config import FILE_STORAGE_CLASS, SQL_STORAGE_CLASS
+from memstore.document import (
+    MAX_DOCUMENT_BYTES,
+    MAX_DOCUMENT_DEPTH,
+    MAX_DOCUMENT_FACTS,
+    MAX_FACT_CHARS,
+    create_empty_memory,
+)
 
 
-def _run(args: list[str], data_dir: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], data_dir: Path, storage: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
     assert executable is not None
-    env = {**os.environ, "MEMSTORE_DATA_DIR": str(data_dir), "MEMSTORE_STORAGE_CLASS": FILE_STORAGE_CLASS}
+    env = {
+        **os.environ,
+        "MEMSTORE_DATA_DIR": str(data_dir),
+        **(storage or {"MEMSTORE_STORAGE_CLASS": FILE_STORAGE_CLASS}),
+    }
     return subprocess.run([executable, *args], capture_output=True, text=True, env=env, check=False)
 
 
@@ -54,3 +68,59 @@ def test_single_file_needs_valid_scope(tmp_path: Path) -> None:
     result = _run(["import", str(path), "--user", "../etc"], tmp_path / "data")
     assert result.returncode != 0
     assert "Invalid user_id" in result.stderr
+
+
+@pytest.fixture(params=["file", "sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def storage_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Environment variables selecting one provider for the ``memstore`` subprocess."""
+    if request.param == "file":
+        return {"MEMSTORE_STORAGE_CLASS": FILE_STORAGE_CLASS}
+    if request.param == "sqlite":
+        return {"MEMSTORE_STORAGE_CLASS": SQL_STORAGE_CLASS}
+    url = str(request.getfixturevalue("postgres_url"))
+    return {"MEMSTORE_STORAGE_CLASS": SQL_STORAGE_CLASS, "MEMSTORE_DATABASE_URL": url}
+
+
+def _nested(depth: int) -> str:
+    return '{"facts": [{"id": "fact_00000001", "content": "x", "deep": ' + "[" * depth + "]" * depth + "}]}"
+
+
+def test_documents_over_the_caps_are_invalid_items_not_tracebacks(
+    tmp_path: Path, storage_env: dict[str, str]
+) -> None:
+    tree = tmp_path / "tree"
+    bodies = {
+        "depth500": _nested(500),
+        "depth100k": _nested(100_000),
+        "toomany": json.dumps(
+            {"facts": [{"id": f"f{n}", "content": f"fact {n}"} for n in range(MAX_DOCUMENT_FACTS + 1)]}
+        ),
+        "longfact": json.dumps({"facts": [{"id": "f1", "content": "x" * (MAX_FACT_CHARS + 1)}]}),
+        "nul": json.dumps({"facts": [{"id": "f1", "content": "a\x00b"}]}),
+        "fine": json.dumps({"facts": [{"id": "f1", "content": "Kept"}]}),
+    }
+    for user, body in bodies.items():
+        path = tree / "users" / user / "memory.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(body, encoding="utf-8")
+    huge = tree / "users" / "huge" / "memory.json"
+    huge.parent.mkdir(parents=True)
+    with huge.open("wb") as file:  # a valid document, one byte over the cap
+        file.write(b'{"facts": [], "pad": "' + b"x" * (MAX_DOCUMENT_BYTES - 23) + b'"}')
+    assert huge.stat().st_size == MAX_DOCUMENT_BYTES + 1
+
+    result = _run(["import", str(tree), "--json"], tmp_path / "data", storage_env)
+
+    assert result.returncode == 3, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["imported"] == [str(tree / "users" / "fine" / "memory.json")]
+    reasons = {Path(item["path"]).parent.name: item["reason"] for item in summary["invalid"]}
+    assert reasons == {
+        "depth500": f"nested deeper than {MAX_DOCUMENT_DEPTH} levels",
+        "depth100k": "not valid JSON: nested too deeply to parse",
+        "toomany": f"{MAX_DOCUMENT_FACTS + 1} facts, over the {MAX_DOCUMENT_FACTS} accepted",
+        "longfact": f"fact 0: content is {MAX_FACT_CHARS + 1} characters, over the {MAX_FACT_CHARS} accepted",
+        "nul": "a text value contains a NUL character",
+        "huge": f"larger than the {MAX_DOCUMENT_BYTES} bytes accepted",
+    }

@@ -10,8 +10,16 @@ from typing import Any, ClassVar
 import pytest
 
 from memstore.config import FILE_STORAGE_CLASS, SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
-from memstore.document import MemoryDocument, create_empty_memory
-from memstore.errors import DuplicateFactError
+from memstore.document import (
+    MAX_CATEGORY_CHARS,
+    MAX_DOCUMENT_DEPTH,
+    MAX_DOCUMENT_FACTS,
+    MAX_FACT_CHARS,
+    MAX_SUMMARY_CHARS,
+    MemoryDocument,
+    create_empty_memory,
+)
+from memstore.errors import DuplicateFactError, InvalidDocumentError, InvalidFactError, QueryError
 from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact,
@@ -379,3 +387,75 @@ def test_search_returns_copies() -> None:
     first["content"] = "tampered"
 
     assert search_memory_facts("dark", user_id="alice")[0]["content"] == "Likes dark mode"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("content", "x" * (MAX_FACT_CHARS + 1), "over the 2000 accepted"),
+        ("content", "a\x00b", "NUL"),
+        ("content", "a\ud800b", "lone surrogate"),
+        ("category", "c" * (MAX_CATEGORY_CHARS + 1), "over the 64 accepted"),
+        ("category", "pref\x00", "NUL"),
+    ],
+)
+def test_helpers_refuse_oversized_or_unstorable_text(field: str, value: str, reason: str) -> None:
+    [kept] = create_memory_fact("Kept fact", user_id="alice")["facts"]
+    with pytest.raises(InvalidFactError) as created:
+        create_memory_fact(**{"content": "New fact", field: value}, user_id="alice")  # type: ignore[arg-type]
+    with pytest.raises(InvalidFactError) as updated:
+        update_memory_fact(kept["id"], **{field: value}, user_id="alice")  # type: ignore[arg-type]
+
+    assert created.value.args == updated.value.args == (field,)
+    assert reason in created.value.message and reason in updated.value.message
+    assert _fresh_read(user_id="alice")["facts"] == [kept]
+
+
+def test_content_at_the_cap_is_stored() -> None:
+    [fact] = create_memory_fact(" " + "x" * MAX_FACT_CHARS + " ", user_id="alice")["facts"]
+    assert fact["content"] == "x" * MAX_FACT_CHARS
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"facts": [{"id": "f1", "content": "x" * (MAX_FACT_CHARS + 1)}]}, "fact 0: content is 2001"),
+        ({"facts": [{"id": f"f{n}", "content": "x"} for n in range(MAX_DOCUMENT_FACTS + 1)]}, "5001 facts"),
+        ({"user": {"topOfMind": {"summary": "s" * (MAX_SUMMARY_CHARS + 1)}}}, "topOfMind: summary"),
+        ({"facts": [{"id": "f1", "content": "x", "category": "c" * 65}]}, "category is 65"),
+        ({"facts": [{"id": "f1", "content": "nul\x00"}]}, "NUL"),
+        ({"x-tool": {"note": "\udc80"}}, "lone surrogate"),
+        ({"facts": [{"id": "f1", "content": "x", "confidence": math.nan}]}, "nan"),
+    ],
+)
+def test_import_refuses_documents_over_the_caps(change: dict[str, Any], reason: str) -> None:
+    create_memory_fact("Kept fact", user_id="alice")
+    with pytest.raises(InvalidDocumentError, match=reason):
+        import_memory_data({**create_empty_memory(), **change}, user_id="alice")
+    assert _contents(_fresh_read(user_id="alice")) == ["Kept fact"]
+
+
+def test_import_refuses_nesting_deeper_than_the_cap() -> None:
+    deep: object = "bottom"
+    for _ in range(100_000):
+        deep = {"d": deep}
+    document = create_empty_memory()
+    document["facts"] = [{"id": "fact_00000001", "content": "deep", "nested": deep}]
+    with pytest.raises(InvalidDocumentError, match=f"nested deeper than {MAX_DOCUMENT_DEPTH}"):
+        import_memory_data(document, user_id="alice")
+    assert _fresh_read(user_id="alice")["facts"] == []
+
+
+@pytest.mark.parametrize(
+    ("query", "category", "reason"),
+    [
+        ("a\x00b", None, "query contains a NUL"),
+        ("x" * (MAX_FACT_CHARS + 1), None, "query is 2001 characters"),
+        ("tea", "pref\x00", "category contains a NUL"),
+        ("tea\udfff", None, "lone surrogate"),
+    ],
+)
+def test_search_refuses_unstorable_or_oversized_text(query: str, category: str | None, reason: str) -> None:
+    create_memory_fact("Likes tea", user_id="alice")
+    with pytest.raises(QueryError, match=reason):
+        search_memory_facts(query, category, user_id="alice")

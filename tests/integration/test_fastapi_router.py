@@ -19,7 +19,14 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
-from memstore.document import create_empty_memory
+from memstore.document import (
+    MAX_CATEGORY_CHARS,
+    MAX_DOCUMENT_DEPTH,
+    MAX_DOCUMENT_FACTS,
+    MAX_FACT_CHARS,
+    MAX_SUMMARY_CHARS,
+    create_empty_memory,
+)
 from memstore.integrations.fastapi import create_memory_router
 from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
@@ -262,3 +269,59 @@ def test_import_without_the_extra_names_it() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert "pip install 'memstore[server]'" in result.stderr
+
+
+def test_oversized_and_unstorable_input_is_422_and_changes_nothing(client: TestClient) -> None:
+    fact = add_fact(client, "Likes tea", ALICE)
+    too_long = "x" * (MAX_FACT_CHARS + 1)
+    for method, path, body in [
+        ("POST", "/api/memory/facts", {"content": too_long}),
+        ("POST", "/api/memory/facts", {"content": "ok", "category": "c" * (MAX_CATEGORY_CHARS + 1)}),
+        ("PATCH", f"/api/memory/facts/{fact['id']}", {"content": too_long}),
+        ("POST", "/api/memory/facts", {"content": "a\x00b"}),  # PostgreSQL cannot store NUL: was a 503
+        ("PATCH", f"/api/memory/facts/{fact['id']}", {"category": "a\x00b"}),
+    ]:
+        response = client.request(method, path, json=body, headers=ALICE)
+        assert response.status_code == 422, (method, body, response.text)
+        assert response.json()["detail"][0]["loc"][:2] in (["body", "content"], ["body", "category"])
+        assert len(response.content) < 1000  # the rejected input is not echoed back
+    for params in ({"q": "a\x00b"}, {"q": "x" * (MAX_FACT_CHARS + 1)}, {"q": "tea", "category": "a\x00"}):
+        response = client.get("/api/memory/facts", params=params, headers=ALICE)
+        assert response.status_code == 422, (params, response.text)  # NUL in q: was a 500
+
+    exported = client.get("/api/memory/export", headers=ALICE).json()
+    deep: object = "bottom"
+    for _ in range(MAX_DOCUMENT_DEPTH + 1):
+        deep = [deep]
+    changes: list[dict[str, Any]] = [
+        {"facts": [{"id": "f1", "content": too_long}]},
+        {"facts": [{"id": f"f{n}", "content": f"fact {n}"} for n in range(MAX_DOCUMENT_FACTS + 1)]},
+        {"user": {"workContext": {"summary": "s" * (MAX_SUMMARY_CHARS + 1)}}},
+        {"facts": [{"id": "f1", "content": "deep", "nested": deep}]},
+        {"facts": [{"id": "f1", "content": "nul", "note": "a\x00b"}]},
+    ]
+    for change in changes:
+        response = client.post("/api/memory/import", json={**exported, **change}, headers=ALICE)
+        assert response.status_code == 422, (str(change)[:80], response.text[:300])
+    assert contents(client, ALICE) == ["Likes tea"]
+
+
+def test_nan_and_lone_surrogates_in_a_body_are_a_clean_422(client: TestClient) -> None:
+    headers = {**ALICE, "Content-Type": "application/json"}
+    for body in [
+        '{"content": "x", "confidence": NaN}',
+        '{"content": "x", "confidence": Infinity}',
+        '{"content": "a\\ud800"}',
+        '{"\\ud800": 1}',
+        '{"content": "\\udfff", "confidence": NaN}',
+    ]:
+        response = client.post("/api/memory/facts", content=body, headers=headers)
+        assert response.status_code == 422, (body, response.text)
+        for error in response.json()["detail"]:
+            assert set(error) == {"loc", "msg", "type"}, body
+    nan_extra = '{"facts": [{"id": "f", "content": "x", "extra": NaN}]}'
+    assert client.post("/api/memory/import", content=nan_extra, headers=headers).status_code == 422
+    assert contents(client, ALICE) == []
+    ignored_key = '{"facts": [{"id": "f", "content": "kept"}], "\\ud800": 1}'  # unknown keys are dropped
+    assert client.post("/api/memory/import", content=ignored_key, headers=headers).status_code == 200
+    assert contents(client, ALICE) == ["kept"]

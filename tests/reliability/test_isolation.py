@@ -3,6 +3,8 @@
 Every fact's content names the scope it was written to, so a read that returns another
 scope's data is caught at once; a model of what each scope should hold catches lost or
 leaked writes. Ids go through the public helpers, so the checks cover the whole path.
+External identities go through ``make_safe_user_id``, which must never map two of them to one
+scope, whatever the attacker picks as their name.
 """
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from memstore.cli.serve_app import create_app, header_user
 from memstore.config import FILE_STORAGE_CLASS
 from memstore.document import create_empty_memory
 from memstore.errors import InvalidScopeError
@@ -27,7 +31,7 @@ from memstore.ops.facts import (
     get_memory_data,
     search_memory_facts,
 )
-from memstore.scope import USER_ID_PATTERN
+from memstore.scope import USER_ID_PATTERN, make_safe_user_id
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
@@ -192,3 +196,43 @@ def test_every_accepted_file_scope_stays_inside_the_data_directory(
     except InvalidScopeError:
         return
     assert path.resolve().is_relative_to((tmp_path / "store").resolve())
+
+
+CAROL = "carol@example.com"
+CAROL_ID = "carol-example-com-e0d47ca1bc1eb62e"  # make_safe_user_id(CAROL), before and after the fix
+raw_ids = (
+    st.text(max_size=140)
+    | st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
+    | st.from_regex(r"[a-z.@-]{0,30}-[0-9a-fA-F]{15,17}", fullmatch=True)
+    | st.sampled_from([CAROL, CAROL_ID, CAROL_ID.upper(), CAROL_ID + "0", "", "-", "a" * 100, "a" * 128])
+)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(st.lists(raw_ids, min_size=2, max_size=6, unique=True))
+def test_make_safe_user_id_never_maps_two_raw_ids_to_one(raws: list[str]) -> None:
+    # The adversarial case: an attacker whose raw name is exactly what another raw id maps to.
+    candidates = set(raws) | {make_safe_user_id(raw) for raw in raws}
+    mapped = {raw: make_safe_user_id(raw) for raw in candidates}
+    assert len(set(mapped.values())) == len(candidates), mapped
+    assert all(USER_ID_PATTERN.fullmatch(user_id) for user_id in mapped.values())
+
+
+def test_a_proxy_name_equal_to_an_encoded_id_reads_nothing_of_its_owner(provider: str) -> None:
+    """``serve --user-header``: carol's mapped id, sent as another user's name, is another scope."""
+    assert make_safe_user_id(CAROL) == CAROL_ID
+    app = create_app(header_user("X-User"), allowed_hosts=["testserver"], max_body_bytes=1 << 20)
+    with TestClient(app) as client:
+        carol, impostor = {"X-User": CAROL}, {"X-User": CAROL_ID}
+        created = client.post("/api/memory/facts", json={"content": "Carol's secret"}, headers=carol)
+        assert created.status_code == 200, created.text
+        fact_id = created.json()["facts"][0]["id"]
+
+        assert client.get("/api/memory", headers=impostor).json()["facts"] == []
+        assert client.get("/api/memory/facts", params={"q": "secret"}, headers=impostor).json() == []
+        assert client.delete(f"/api/memory/facts/{fact_id}", headers=impostor).status_code == 404
+        assert client.delete("/api/memory", headers=impostor).status_code == 200
+        assert [f["content"] for f in client.get("/api/memory", headers=carol).json()["facts"]] == [
+            "Carol's secret"
+        ]
+    assert [f["content"] for f in get_memory_data(user_id=CAROL_ID)["facts"]] == ["Carol's secret"]

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from memstore.config import MemoryConfig, set_memory_config
+from memstore.document import MAX_FACT_CHARS
 from memstore.gateway.tools import (
     get_memory_tools,
     memory_add,
@@ -156,3 +157,15 @@ def test_delete_fact() -> None:
     assert _json(memory_delete(fact_id, user_id="alice", agent_name="coder")) == {
         "error": f"Fact not found: {fact_id}"
     }
+
+
+def test_tools_refuse_oversized_and_unstorable_text() -> None:
+    fact_id = _json(memory_add("Short fact", user_id="alice"))["fact_id"]
+
+    assert _json(memory_add("x" * (MAX_FACT_CHARS + 1), user_id="alice")) == {"error": "content"}
+    assert _json(memory_add("tab\x00", user_id="alice")) == {"error": "content"}
+    assert _json(memory_update(fact_id, content="y" * (MAX_FACT_CHARS + 1), user_id="alice")) == {
+        "error": "content"
+    }
+    assert "NUL" in _json(memory_search("a\x00b", user_id="alice"))["error"]
+    assert [fact["content"] for fact in get_memory_data(user_id="alice")["facts"]] == ["Short fact"]

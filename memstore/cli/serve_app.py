@@ -1,0 +1,123 @@
+"""The ASGI app ``memstore serve`` runs: the memory router behind a Host check and a body limit.
+
+Stand-alone there is no gateway in front, so the app itself refuses what a gateway would:
+
+- a ``Host`` header it was not told to serve (400). A page on another site can point its own
+  name at 127.0.0.1 (DNS rebinding) and then talk to the server as a same-origin page, headers
+  included; its requests still carry that site's name as ``Host``.
+- a request body over ``max_body_bytes`` (413), checked against ``Content-Length`` before
+  reading and against the bytes actually received for chunked bodies.
+- with a trusted identity header, a request without it (401) or with more than one copy of it
+  (400): a proxy that appends its header instead of replacing the client's would otherwise let
+  the client's copy through.
+
+``/docs`` and ``/openapi.json`` need no identity: they describe the API and hold no memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from fastapi import FastAPI, Header, HTTPException, Request
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from memstore.integrations.fastapi import create_memory_router
+from memstore.scope import make_safe_user_id
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def default_allowed_hosts(bind_host: str) -> list[str] | None:
+    """The Host names to accept when none are given; ``None`` for a wildcard bind (no safe default)."""
+    if bind_host in ANY_ADDRESS:
+        return None
+    name = f"[{bind_host}]" if ":" in bind_host else bind_host
+    if name in LOOPBACK_HOSTS or bind_host.startswith("127."):
+        return sorted({name, *LOOPBACK_HOSTS})
+    return [name]
+
+
+def header_user(name: str) -> Callable[..., str]:
+    """The caller is the one value of header ``name``, passed through ``make_safe_user_id``."""
+
+    def user_from_header(request: Request, raw: str = Header(default="", alias=name)) -> str:
+        copies = request.headers.getlist(name)
+        if len(copies) > 1:
+            raise HTTPException(400, f"{name} header sent {len(copies)} times; expected exactly one")
+        if not raw.strip():
+            raise HTTPException(401, f"missing {name} header")
+        return make_safe_user_id(raw.strip())
+
+    return user_from_header
+
+
+def fixed_user(user_id: str) -> Callable[[], str]:
+    def fixed() -> str:
+        return user_id
+
+    return fixed
+
+
+def create_app(identity: Callable[..., str], *, allowed_hosts: Sequence[str], max_body_bytes: int) -> FastAPI:
+    app = FastAPI(title="memstore", summary="Long-term memory API")
+    app.include_router(create_memory_router(identity))
+    # Added last, so it runs first: a refused Host never reaches the body limit or the router.
+    app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)
+    return app
+
+
+class BodyLimit:
+    """Answer 413 to a request whose body is over ``max_body_bytes``, before the app parses it."""
+
+    def __init__(self, app: ASGIApp, max_body_bytes: int) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.max_body_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+        over = False
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal received, over
+            if over:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    # The app sees a client that went away and stops reading; its answer is
+                    # replaced by the 413 below.
+                    over = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if over:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, guarded_send)
+        except Exception:
+            if not over:
+                raise
+        if over and not started:
+            await self._refuse(scope, receive, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse({"detail": f"Request body over {self.max_body_bytes} bytes"}, status_code=413)
+        await response(scope, receive, send)

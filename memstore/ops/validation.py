@@ -1,0 +1,133 @@
+"""What an explicit edit may store: fact fields, search text and imported documents.
+
+The caps are the core's (``memstore.document``), the same ones extractor replies are held to.
+Text must also be storable by every provider: PostgreSQL text cannot hold NUL, and a lone
+surrogate cannot be encoded as UTF-8. Checking both here, before anything is saved, turns what
+used to be a failed save (a 503 or a 500 over HTTP) into an error that names the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from memstore.document import (
+    DEFAULT_CATEGORY,
+    MAX_CATEGORY_CHARS,
+    MAX_DOCUMENT_DEPTH,
+    MAX_DOCUMENT_FACTS,
+    MAX_FACT_CHARS,
+    MAX_SUMMARY_CHARS,
+    SECTION_GROUPS,
+)
+from memstore.errors import InvalidDocumentError, InvalidFactError, QueryError
+
+_FACT_TEXT_CAPS = {"content": MAX_FACT_CHARS, "category": MAX_CATEGORY_CHARS, "sourceError": MAX_FACT_CHARS}
+
+
+def unstorable(text: str) -> str | None:
+    """Why no provider can store ``text``, or ``None`` when it can."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate, which is not valid Unicode"
+    return None
+
+
+def fact_content(content: object) -> str:
+    """The stripped content of a manual fact; raises ``InvalidFactError('content')``."""
+    if not isinstance(content, str) or not content.strip():
+        raise InvalidFactError("content", "Memory fact content cannot be empty.")
+    return _checked_text("content", content.strip(), MAX_FACT_CHARS)
+
+
+def fact_category(category: object) -> str:
+    """The stripped category, blank meaning the default; raises ``InvalidFactError('category')``."""
+    if not isinstance(category, str):
+        raise InvalidFactError("category", "Memory fact category must be a string.")
+    return _checked_text("category", category.strip(), MAX_CATEGORY_CHARS) or DEFAULT_CATEGORY
+
+
+def fact_confidence(confidence: object) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float):
+        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
+    value = float(confidence)
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
+    return value
+
+
+def search_text(name: str, text: str, max_chars: int) -> str:
+    """``text`` when a search may send it to the store; raises ``QueryError`` naming ``name``."""
+    if len(text) > max_chars:
+        raise QueryError(f"{name} is {len(text)} characters, over the {max_chars} accepted")
+    problem = unstorable(text)
+    if problem is not None:
+        raise QueryError(f"{name} {problem}")
+    return text
+
+
+def check_document(document: Mapping[str, Any]) -> None:
+    """Raise ``InvalidDocumentError`` when an imported document breaks a cap or holds unstorable values.
+
+    Only the caps are checked here; the shape is the provider's business (the file provider keeps
+    documents other tools wrote, the SQL provider refuses what it cannot map to rows).
+    """
+    _check_values(document)
+    facts = document.get("facts")
+    if isinstance(facts, list):
+        if len(facts) > MAX_DOCUMENT_FACTS:
+            raise InvalidDocumentError(f"{len(facts)} facts, over the {MAX_DOCUMENT_FACTS} accepted")
+        for index, fact in enumerate(facts):
+            for key, cap in _FACT_TEXT_CAPS.items():
+                value = fact.get(key) if isinstance(fact, dict) else None
+                if isinstance(value, str) and len(value) > cap:
+                    raise InvalidDocumentError(
+                        f"fact {index}: {key} is {len(value)} characters, over the {cap} accepted"
+                    )
+    for group, names in SECTION_GROUPS.items():
+        sections = document.get(group)
+        if not isinstance(sections, dict):
+            continue
+        for name in names:
+            section = sections.get(name)
+            summary = section.get("summary") if isinstance(section, dict) else None
+            if isinstance(summary, str) and len(summary) > MAX_SUMMARY_CHARS:
+                raise InvalidDocumentError(
+                    f"{group}.{name}: summary is {len(summary)} characters, "
+                    f"over the {MAX_SUMMARY_CHARS} accepted"
+                )
+
+
+def _checked_text(field: str, text: str, max_chars: int) -> str:
+    label = f"Memory fact {field}"
+    if len(text) > max_chars:
+        raise InvalidFactError(field, f"{label} is {len(text)} characters, over the {max_chars} accepted.")
+    problem = unstorable(text)
+    if problem is not None:
+        raise InvalidFactError(field, f"{label} {problem}.")
+    return text
+
+
+def _check_values(document: Mapping[str, Any]) -> None:
+    """Nesting depth, text and numbers of every value, without recursion (a deep document must not
+    exhaust the stack here, nor later in the provider's copies)."""
+    pending: list[tuple[object, int]] = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, dict | list) and depth > MAX_DOCUMENT_DEPTH:
+            raise InvalidDocumentError(f"nested deeper than {MAX_DOCUMENT_DEPTH} levels")
+        if isinstance(value, dict):
+            pending.extend((key, depth) for key in value)
+            pending.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            pending.extend((item, depth + 1) for item in value)
+        elif isinstance(value, str):
+            problem = unstorable(value)
+            if problem is not None:
+                raise InvalidDocumentError(f"a text value {problem}")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InvalidDocumentError(f"a number is {value}, which JSON cannot hold")
