@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from sqlalchemy.exc import DBAPIError
@@ -13,20 +13,30 @@ from memstore.errors import MemstoreError
 
 
 class _MemstoreGroup(click.Group):
-    """Turns memstore's own errors into a one-line message and exit code 1, not a traceback.
+    """Turns memstore's own errors into one line on stderr and exit code 1, not a traceback.
 
     A database error the storage layer did not map (a corrupt SQLite page met by a query, say)
-    is one line too: the driver's first line, without the SQL.
+    is one line too, without the SQL. Multi-line messages (a driver's hint, PyYAML's excerpt of
+    the file) are cut to their first line; ``-v`` logs the whole message and the traceback.
     """
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except MemstoreError as exc:
-            raise click.ClickException(str(exc)) from exc
+            _fail(str(exc), exc)
         except DBAPIError as exc:
-            reason = str(exc.orig).strip().splitlines() or [type(exc.orig).__name__]
-            raise click.ClickException(f"database error: {reason[0]}") from exc
+            _fail(f"database error: {str(exc.orig).strip() or type(exc.orig).__name__}", exc)
+
+
+def _fail(message: str, exc: Exception) -> NoReturn:
+    first, *rest = message.strip().splitlines() or [type(exc).__name__]
+    logger = logging.getLogger(_package)
+    if logger.isEnabledFor(logging.INFO):
+        logger.info("%s", message, exc_info=exc)
+    elif rest:
+        first += " (run with -v for the details)"
+    raise click.ClickException(first) from exc
 
 
 def _set_verbose(ctx: click.Context, _param: click.Parameter, verbose: bool) -> None:

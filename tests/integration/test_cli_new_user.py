@@ -118,3 +118,22 @@ def test_nothing_matched_on_the_file_provider_too(tmp_path: Path, args: list[str
     env |= {"MEMSTORE_DATA_DIR": str(tmp_path / "data"), "MEMSTORE_STORAGE_CLASS": FILE_STORAGE_CLASS}
     result = Cli(env, url="")(*args)
     assert result.returncode == EXIT_NOTHING_MATCHED and "nothing" in result.stderr
+
+
+@pytest.mark.parametrize("command", [["stats"], ["show", "--user", "alice"], ["facts", "list"]])
+def test_errors_are_one_line_and_the_detail_comes_with_verbose(tmp_path: Path, command: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    broken = tmp_path / "memstore.yaml"
+    broken.write_text("memory:\n  debounce_seconds: [1\n  max_facts: 2\n", encoding="utf-8")
+    cases = {
+        "yaml": env | {"MEMSTORE_CONFIG": str(broken)},
+        # Port 1 refuses connections; psycopg adds a second "Is the server running" line.
+        "database down": env | {"MEMSTORE_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:1/none"},
+    }
+    for case, case_env in cases.items():
+        quiet = Cli(case_env, url="")(*command)
+        assert quiet.returncode == 1, (case, quiet)
+        assert len(quiet.stderr.strip().splitlines()) == 1, (case, quiet.stderr)
+        assert "Traceback" not in quiet.stderr and "-v for the details" in quiet.stderr
+        verbose = Cli(case_env, url="")(*command, "-v")
+        assert verbose.returncode == 1 and "Traceback" in verbose.stderr, (case, verbose.stderr)
