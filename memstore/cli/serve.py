@@ -8,8 +8,11 @@ own (foreign Host names, oversized bodies, repeated identity headers) is in ``se
 
 from __future__ import annotations
 
+import socket
+
 import click
 
+from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN
 from memstore.document import MAX_DOCUMENT_BYTES
 from memstore.scope import validate_user_id
 from memstore.storage.loader import get_memory_storage
@@ -67,8 +70,27 @@ def serve(
         )
     get_memory_storage()  # fail now, with one line, on a bad database or storage setting
     app = create_app(identity, allowed_hosts=hosts, max_body_bytes=MAX_DOCUMENT_BYTES)
+    listener = _listen(host, port)  # before saying "serving": a busy port is reported once, here
     click.echo(
         f"memstore: serving http://{host}:{port}/api/memory (OpenAPI docs at /docs); {who}; "
         f"accepting Host {', '.join(hosts)}"
     )
-    uvicorn.run(app, host=host, port=port)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port)).run(sockets=[listener])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``; exit 5 with one line when the address cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_CANNOT_LISTEN) from exc
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_CANNOT_LISTEN) from exc
+    return listener

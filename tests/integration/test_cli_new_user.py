@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from pathlib import Path
 
 import pytest
 
-from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
+from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN, EXIT_NOTHING_MATCHED
 from memstore.config import FILE_STORAGE_CLASS
 from tests.integration.conftest import Cli
 
@@ -137,3 +138,18 @@ def test_errors_are_one_line_and_the_detail_comes_with_verbose(tmp_path: Path, c
         assert "Traceback" not in quiet.stderr and "-v for the details" in quiet.stderr
         verbose = Cli(case_env, url="")(*command, "-v")
         assert verbose.returncode == 1 and "Traceback" in verbose.stderr, (case, verbose.stderr)
+
+
+def test_serve_on_a_busy_port_says_so_once_with_its_own_exit_code(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env["MEMSTORE_DATA_DIR"] = str(tmp_path / "data")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = Cli(env, url="")("serve", "--user", "alice", "--port", str(port))
+    assert result.returncode == EXIT_CANNOT_LISTEN, result
+    assert "serving" not in result.stdout
+    assert result.stderr.strip().splitlines() == [
+        f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ]
