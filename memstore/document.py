@@ -79,6 +79,17 @@ def create_empty_memory() -> MemoryDocument:
     }
 
 
+def unstored_memory() -> MemoryDocument:
+    """What a provider loads for a scope with nothing stored: empty, with ``lastUpdated`` ``""``.
+
+    An empty ``lastUpdated`` is how a reader (the CLI, the HTTP API) tells "nothing is stored"
+    from "memory that happens to be empty"; ``save`` stamps it.
+    """
+    document = create_empty_memory()
+    document["lastUpdated"] = ""
+    return document
+
+
 def new_fact_id(taken: Container[object] = ()) -> str:
     """A ``fact_`` + 8 hex id not in ``taken``: ids are short, so collisions must be checked."""
     while True:

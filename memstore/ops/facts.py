@@ -26,7 +26,6 @@ from memstore.document import (
     MAX_FACT_CHARS,
     MemoryDocument,
     coerce_confidence,
-    create_empty_memory,
     fact_content_key,
     new_fact_id,
     utc_now_iso_z,
@@ -84,9 +83,10 @@ def import_memory_data(
 
 def clear_memory_data(agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
     """Empty the scope's memory. Updates queued before the clear will not refill it (SQL provider)."""
-    if not get_memory_storage().clear(agent_name, user_id=user_id):
+    storage = get_memory_storage()
+    if not storage.clear(agent_name, user_id=user_id):
         raise StorageWriteError("Failed to save cleared memory data")
-    return create_empty_memory()
+    return storage.load(agent_name, user_id=user_id)
 
 
 def create_memory_fact_with_created_fact(

@@ -12,8 +12,9 @@ class MemoryStorage(ABC):
     """Loads and saves one memory document per scope ``(user_id, agent_name)``.
 
     Contract shared by all providers (checked by ``tests/integration/test_storage_contract.py``):
-    an unknown scope loads as an empty document; ``load`` returns a document the caller may
-    mutate without affecting the provider; ``save`` never mutates its argument, sets
+    an unknown scope loads as an empty document whose ``lastUpdated`` is ``""``
+    (``unstored_memory``); ``load`` returns a document the caller may mutate without affecting
+    the provider; ``save`` never mutates its argument, sets
     ``lastUpdated`` on what it stores, and returns ``False`` (leaving the previous data
     readable) when it cannot persist the document; scopes never see each other's data.
     ``load`` and ``save`` raise ``StorageUnavailableError`` when the backing store cannot be

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +326,32 @@ def test_nan_and_lone_surrogates_in_a_body_are_a_clean_422(client: TestClient) -
     ignored_key = '{"facts": [{"id": "f", "content": "kept"}], "\\ud800": 1}'  # unknown keys are dropped
     assert client.post("/api/memory/import", content=ignored_key, headers=headers).status_code == 200
     assert contents(client, ALICE) == ["kept"]
+
+
+def test_write_endpoints_answer_with_what_was_stored(client: TestClient) -> None:
+    # Issue 14.3: each write returned the caller's copy with the lastUpdated it was loaded with.
+    unstored = client.get("/api/memory", headers=ALICE).json()
+    assert unstored["lastUpdated"] == "" and unstored["facts"] == []  # issue 14.5: nothing stored
+
+    def answered_then_read(response: Any) -> tuple[Any, Any]:
+        assert response.status_code == 200, response.text
+        time.sleep(0.002)  # two stamps taken at different times must differ
+        return response.json(), client.get("/api/memory", headers=ALICE).json()
+
+    fact = add_fact(client, "Prefers tea", ALICE)
+    time.sleep(0.002)
+    writes: list[Callable[[], Any]] = [
+        lambda: client.post("/api/memory/facts", json={"content": "Likes jazz"}, headers=ALICE),
+        lambda: client.patch(
+            f"/api/memory/facts/{fact['id']}", json={"content": "Prefers green tea"}, headers=ALICE
+        ),
+        lambda: client.delete(f"/api/memory/facts/{fact['id']}", headers=ALICE),
+        lambda: client.delete("/api/memory", headers=ALICE),
+    ]
+    stamps = []
+    for write in writes:
+        answered, stored = answered_then_read(write())
+        assert answered["lastUpdated"] == stored["lastUpdated"] != ""
+        assert answered["facts"] == stored["facts"]
+        stamps.append(answered["lastUpdated"])
+    assert len(set(stamps)) == len(stamps), "each write stamps a new lastUpdated"

@@ -53,6 +53,13 @@ def test_unknown_scope_loads_empty(storage: MemoryStorage) -> None:
     assert doc["version"] == "1.0"
 
 
+def test_a_scope_with_nothing_stored_has_no_last_updated(storage: MemoryStorage) -> None:
+    # Issue 14.5: "nothing stored" must not look like memory last updated just now.
+    assert storage.load(user_id="nobody")["lastUpdated"] == ""
+    assert storage.save(_doc(_fact("fact_00000001", "Somebody exists")), user_id="somebody")
+    assert storage.load(user_id="somebody")["lastUpdated"].endswith("Z")
+
+
 def test_round_trip_preserves_unicode_large_content_and_unknown_keys(storage: MemoryStorage) -> None:
     big = "长期记忆 " + "x" * 200_000
     facts = [

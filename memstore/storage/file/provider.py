@@ -12,7 +12,7 @@ from datetime import datetime
 from pathlib import Path
 
 from memstore.config import get_memory_config
-from memstore.document import MemoryDocument, create_empty_memory, utc_now_iso_z
+from memstore.document import MemoryDocument, create_empty_memory, unstored_memory, utc_now_iso_z
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.file.layout import FILE_NAME, scope_path
 from memstore.storage.file.operations import FileOperations
@@ -88,7 +88,7 @@ class FileMemoryStorage(FileOperations):
         except FileNotFoundError:
             with self._lock:
                 self._cache.pop(scope, None)
-            return create_empty_memory()
+            return unstored_memory()
         stamp = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
         if use_cache:
             with self._lock:

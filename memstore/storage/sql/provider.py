@@ -35,7 +35,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import get_memory_config
-from memstore.document import MemoryDocument, create_empty_memory
+from memstore.document import MemoryDocument, create_empty_memory, unstored_memory
 from memstore.errors import MalformedDocumentError, StorageUnavailableError
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
@@ -176,7 +176,7 @@ class SqlMemoryStorage(MemoryStorage):
         if not rows:
             with self._lock:
                 self._cache.pop(scope, None)
-            document = create_empty_memory()
+            document = unstored_memory()
             document["revision"] = 0
             return document
         cached = entry_from_rows(rows)
