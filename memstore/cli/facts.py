@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from memstore.cli.output import echo_json, echo_table
+from memstore.document import FACT_CATEGORIES
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
 from memstore.storage.records import AgentFilter, iso
 
@@ -75,6 +76,13 @@ def _filter(
     if no_agent and agent_name:
         raise click.UsageError("--agent and --no-agent exclude each other")
     agent: AgentFilter = None if no_agent else agent_name if agent_name else ANY_AGENT
+    if category is not None and category not in FACT_CATEGORIES:
+        # Not an error: facts from an LLM or an import may carry categories of their own.
+        click.echo(
+            f"note: {category!r} is not one of the categories memstore writes "
+            f"({', '.join(FACT_CATEGORIES)}); only facts that carry it exactly are shown",
+            err=True,
+        )
     return FactFilter(
         user_id=user_id,
         agent_name=agent,

@@ -86,7 +86,11 @@ def clear_memory_data(agent_name: str | None = None, *, user_id: str | None = No
     storage = get_memory_storage()
     if not storage.clear(agent_name, user_id=user_id):
         raise StorageWriteError("Failed to save cleared memory data")
-    return storage.load(agent_name, user_id=user_id)
+    cleared = storage.load(agent_name, user_id=user_id)
+    # What is stored (its lastUpdated included), but a fresh start: without a revision, saving
+    # this document replaces the scope instead of merging into it.
+    cleared.pop("revision", None)
+    return cleared
 
 
 def create_memory_fact_with_created_fact(

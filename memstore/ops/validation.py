@@ -14,6 +14,7 @@ from typing import Any
 
 from memstore.document import (
     DEFAULT_CATEGORY,
+    FACT_CATEGORIES,
     MAX_CATEGORY_CHARS,
     MAX_DOCUMENT_DEPTH,
     MAX_DOCUMENT_FACTS,
@@ -45,10 +46,20 @@ def fact_content(content: object) -> str:
 
 
 def fact_category(category: object) -> str:
-    """The stripped category, blank meaning the default; raises ``InvalidFactError('category')``."""
+    """One of ``FACT_CATEGORIES`` (any case; blank means the default); else ``InvalidFactError``.
+
+    Manual edits are held to the six categories, so a typo cannot file a fact where no filter or
+    injection budget looks. Extracted and imported facts keep whatever category they carry, as
+    in the reference: this check is only for what a person or an agent types.
+    """
     if not isinstance(category, str):
         raise InvalidFactError("category", "Memory fact category must be a string.")
-    return _checked_text("category", category.strip(), MAX_CATEGORY_CHARS) or DEFAULT_CATEGORY
+    value = _checked_text("category", category.strip(), MAX_CATEGORY_CHARS).lower() or DEFAULT_CATEGORY
+    if value not in FACT_CATEGORIES:
+        raise InvalidFactError(
+            "category", f"Unknown category {value!r}: use one of {', '.join(FACT_CATEGORIES)}."
+        )
+    return value
 
 
 def fact_confidence(confidence: object) -> float:

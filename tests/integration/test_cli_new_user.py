@@ -153,3 +153,12 @@ def test_serve_on_a_busy_port_says_so_once_with_its_own_exit_code(tmp_path: Path
     assert result.stderr.strip().splitlines() == [
         f"Error: cannot listen on 127.0.0.1:{port}: Address already in use"
     ]
+
+
+def test_an_unknown_category_filter_is_pointed_out(cli: Cli, tmp_path: Path) -> None:
+    _import_alice(cli, tmp_path)
+    bogus = cli("facts", "list", "--category", "bogus")
+    assert bogus.returncode == 0
+    assert "'bogus' is not one of the categories" in bogus.stderr
+    known = cli("facts", "list", "--category", "preference")
+    assert known.returncode == 0 and known.stderr == "" and "Alice drinks tea" in known.stdout

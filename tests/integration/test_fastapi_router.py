@@ -355,3 +355,20 @@ def test_write_endpoints_answer_with_what_was_stored(client: TestClient) -> None
         assert answered["facts"] == stored["facts"]
         stamps.append(answered["lastUpdated"])
     assert len(set(stamps)) == len(stamps), "each write stamps a new lastUpdated"
+
+
+def test_manual_categories_are_checked(client: TestClient) -> None:
+    # Issue 14.10: PATCH with "not-a-category" was stored. Manual edits take the six categories.
+    fact = add_fact(client, "Likes tea", ALICE, category="Preference")
+    assert fact["category"] == "preference"
+    for method, path, body in [
+        ("POST", "/api/memory/facts", {"content": "x", "category": "not-a-category"}),
+        ("PATCH", f"/api/memory/facts/{fact['id']}", {"category": "not-a-category"}),
+    ]:
+        response = client.request(method, path, json=body, headers=ALICE)
+        assert response.status_code == 422, response.text
+        assert response.json()["detail"][0]["loc"] == ["body", "category"]
+        assert "preference, knowledge" in response.json()["detail"][0]["msg"]
+    assert [
+        (f["content"], f["category"]) for f in client.get("/api/memory", headers=ALICE).json()["facts"]
+    ] == [("Likes tea", "preference")]

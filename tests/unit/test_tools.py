@@ -169,3 +169,8 @@ def test_tools_refuse_oversized_and_unstorable_text() -> None:
     }
     assert "NUL" in _json(memory_search("a\x00b", user_id="alice"))["error"]
     assert [fact["content"] for fact in get_memory_data(user_id="alice")["facts"]] == ["Short fact"]
+
+
+def test_memory_add_refuses_an_unknown_category() -> None:
+    assert _json(memory_add("Likes tea", "not-a-category", user_id="alice")) == {"error": "category"}
+    assert _json(memory_search("tea", user_id="alice")) == {"results": [], "count": 0}
