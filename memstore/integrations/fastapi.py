@@ -31,6 +31,7 @@ from memstore.errors import (
     FactNotFoundError,
     InvalidFactError,
     InvalidScopeError,
+    StaleDocumentError,
     StorageUnavailableError,
     StorageWriteError,
 )
@@ -180,6 +181,8 @@ def _mapped_errors() -> Iterator[None]:
         ) from exc
     except InvalidScopeError as exc:
         raise RequestValidationError([{"loc": ["user"], "msg": str(exc), "type": "value_error"}]) from exc
+    except StaleDocumentError as exc:
+        raise HTTPException(409, str(exc)) from exc
     except (StorageUnavailableError, StorageWriteError) as exc:
         # StorageWriteError: the provider's save returned False (the database refused the write).
         raise HTTPException(503, _UNAVAILABLE) from exc

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
-from memstore.errors import StorageUnavailableError
+from memstore.errors import StaleDocumentError, StorageUnavailableError
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import provider as storage_module
 from memstore.storage.sql.engine import get_engine
@@ -268,8 +268,8 @@ def test_a_revision_from_the_future_is_dropped(sql_url: str, caplog: pytest.LogC
     assert storage.save(_doc(_fact(1, "one"), _fact(2, "two")), user_id="alice")
     doc = _doc(_fact(2, "two"))
     doc["revision"] = 99
-    with caplog.at_level(logging.WARNING):
-        assert storage.save(doc, user_id="alice")
+    with caplog.at_level(logging.WARNING), pytest.raises(StaleDocumentError):
+        storage.save(doc, user_id="alice")
     assert _contents(storage.reload(user_id="alice")) == ["one", "two"]
     assert "revision 99" in caplog.text and "dropped" in caplog.text
 

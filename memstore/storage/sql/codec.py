@@ -33,6 +33,7 @@ from memstore.document import (
 from memstore.errors import MalformedDocumentError
 
 RESERVED_KEY = "$memstore"
+INCARNATION_KEY = "incarnation"
 FACT_FIELDS = ("id", "content", "category", "confidence", "createdAt", "source", "sourceError")
 SECTION_FIELDS = ("summary", "updatedAt")
 MAX_FACT_ID = 64
@@ -134,9 +135,14 @@ class KnownSection(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class IncomingDocument:
-    """What a save asks for. ``facts is None`` means the document carried no ``facts`` key."""
+    """What a save asks for. ``facts is None`` means the document carried no ``facts`` key.
+
+    ``incarnation`` is the scope row the document was loaded from (``cache.incarnation``); it
+    counts only with a ``revision``, since a document without one replaces the scope.
+    """
 
     revision: int | None
+    incarnation: str | None
     version: str | None
     facts: list[IncomingFact] | None
     sections: dict[str, SectionValues]
@@ -322,8 +328,8 @@ def parse_document(
     """Validate and encode a document for saving; raises MalformedDocumentError rather than guess.
 
     Missing ``facts``/``user``/``history`` keys (or section names) mean "leave as stored", never
-    "delete". Top-level keys other than revision/version/user/history/facts, and section names
-    outside the six known ones, are not stored.
+    "delete". Top-level keys other than revision/incarnation/version/user/history/facts, and
+    section names outside the six known ones, are not stored.
 
     A fact or section exactly equal (``same_json``) to its ``known_*`` entry takes that entry's
     values without being encoded again: most of a loaded document comes back unchanged, and encoding
@@ -334,6 +340,9 @@ def parse_document(
     revision = memory.get("revision")
     if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
         raise MalformedDocumentError(f"'revision' must be a non-negative integer, got {revision!r}")
+    incarnation = memory.get(INCARNATION_KEY) if revision is not None else None
+    if incarnation is not None and not isinstance(incarnation, str):
+        raise MalformedDocumentError(f"'{INCARNATION_KEY}' must be a string, got {incarnation!r}")
     version = memory.get("version")
     sections: dict[str, SectionValues] = {}
     for group, names in SECTION_GROUPS.items():
@@ -355,6 +364,7 @@ def parse_document(
                 sections[name] = encode_section(section)
     return IncomingDocument(
         revision=revision,
+        incarnation=incarnation,
         version=version if isinstance(version, str) and len(version) <= MAX_VERSION else None,
         facts=_parse_facts(memory["facts"], known_facts or {}) if "facts" in memory else None,
         sections=sections,

@@ -36,7 +36,7 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
-from memstore.errors import MalformedDocumentError, StorageUnavailableError
+from memstore.errors import MalformedDocumentError, StaleDocumentError, StorageUnavailableError
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
@@ -142,7 +142,9 @@ class SqlMemoryStorage(MemoryStorage):
 
         A malformed document or a database error logs, returns False and changes nothing. An
         unreachable database (connection refused or lost, lock or pool timeout) raises
-        ``StorageUnavailableError`` instead, like ``load``: retrying later can succeed.
+        ``StorageUnavailableError`` instead, like ``load``: retrying later can succeed. A document
+        loaded, or a conversation captured, before the scope was erased, cleared or vacuumed
+        raises ``StaleDocumentError`` (see ``write.late_write``).
         """
         scope = resolve_scope(agent_name, user_id)
         with self._lock:
@@ -249,7 +251,7 @@ class SqlMemoryStorage(MemoryStorage):
                 if refusal is not None:
                     transaction.rollback()
                     logger.warning("memory update for scope %s dropped: %s", scope, refusal)
-                    return None
+                    raise StaleDocumentError(f"memory not saved: {refusal}")
                 if clear:
                     conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
                 plan = plan_save(conn, scope_row, incoming, cached, self._max_facts)

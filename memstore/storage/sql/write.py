@@ -13,7 +13,7 @@ from sqlalchemy import Connection, insert
 from memstore.document import as_utc, new_fact_id
 from memstore.scope import Scope
 from memstore.storage.sql import maintenance
-from memstore.storage.sql.cache import AnyRow, CacheEntry, stamp_of
+from memstore.storage.sql.cache import AnyRow, CacheEntry, incarnation, stamp_of
 from memstore.storage.sql.codec import FactValues, IncomingDocument, SectionValues, json_object
 from memstore.storage.sql.merge import MergePlan, StoredFact, StoredSection, plan_merge
 from memstore.storage.sql.models import sections_table
@@ -41,6 +41,10 @@ def late_write(
 ) -> str | None:
     """Why this save must not land (it would bring back erased or purged memory), or None."""
     revision = incoming.revision
+    if incoming.incarnation is not None and incoming.incarnation != incarnation(
+        stamp_of(scope_row, scope_row.revision)
+    ):
+        return f"the document was loaded at revision {revision}, before the scope was erased"
     if revision is not None and revision > scope_row.revision:
         if created:
             return f"the document was loaded at revision {revision} but the scope was erased since"
