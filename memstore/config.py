@@ -61,6 +61,8 @@ class MemoryConfig(BaseModel):
     update_retry_base_seconds: float = Field(default=2.0, gt=0, le=3600)
     update_retry_max_seconds: float = Field(default=300.0, gt=0, le=86_400)
     memory_context_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    write_lock_timeout_seconds: float = Field(default=5.0, gt=0, le=600)
+    write_statement_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
@@ -74,6 +76,8 @@ class MemoryConfig(BaseModel):
         "update_retry_base_seconds",
         "update_retry_max_seconds",
         "memory_context_timeout_seconds",
+        "write_lock_timeout_seconds",
+        "write_statement_timeout_seconds",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

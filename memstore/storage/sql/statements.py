@@ -19,6 +19,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    true,
     type_coerce,
     union_all,
     update,
@@ -51,6 +52,11 @@ LOCK_QUERY = (
     select(*_SCOPE_COLUMNS, _scopes.c.cleared_at, _scopes.c.purged_revision)
     .where(_SCOPE_MATCH)
     .with_for_update()
+)
+# PostgreSQL's SET LOCAL, as one statement that takes bind parameters: both end with the transaction.
+WRITE_TIMEOUTS = select(
+    func.set_config("lock_timeout", bindparam("lock_timeout"), true()),
+    func.set_config("statement_timeout", bindparam("statement_timeout"), true()),
 )
 MARK_CLEARED = (
     update(_scopes)
