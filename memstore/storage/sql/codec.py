@@ -5,7 +5,8 @@ reproduce exactly -- a missing key, a ``createdAt`` like ``"2026-07-14"`` or wit
 offset, a non-string ``source``, an integer confidence -- is kept verbatim in the row's ``extra``
 JSON under the reserved key ``$memstore`` (``{"raw": {key: value}, "absent": [key, ...]}``), so
 ``load(save(doc))`` gives back the same fact and section values. Unknown keys are kept flat in
-``extra``, where a DBA can query them.
+``extra``, where a DBA can query them, up to ``limits.MAX_NESTING`` levels deep: a fact or
+section nested deeper is refused (``MalformedDocumentError``), because no reader could serialise it.
 
 One deliberate normalisation: a confidence that is not a finite number in [0, 1] (a string,
 null, a bool, NaN, 1.5) is stored and loaded as ``coerce_confidence(value)``, because the column
@@ -31,6 +32,7 @@ from memstore.document import (
     parse_timestamp,
 )
 from memstore.errors import MalformedDocumentError
+from memstore.storage.limits import MAX_NESTING, nests_deeper
 
 RESERVED_KEY = "$memstore"
 INCARNATION_KEY = "incarnation"
@@ -218,7 +220,10 @@ def _with_overrides(
     """``given``'s unknown keys plus a ``$memstore`` entry for known keys the columns cannot reproduce.
 
     A private copy: stored and cached values must not change when the caller edits its document.
+    Refuses an object nested deeper than ``limits.MAX_NESTING``, which readers could not serialise.
     """
+    if nests_deeper(given, MAX_NESTING):
+        raise MalformedDocumentError(f"JSON nested deeper than {MAX_NESTING} levels cannot be stored")
     extra = {key: value for key, value in given.items() if key not in fields and key != RESERVED_KEY}
     raw = {
         key: given[key] for key in fields if key in given and not _same(base.get(key, _MISSING), given[key])

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -22,9 +23,11 @@ from memstore.storage.sql.statements import (
     FACTS_QUERY,
     INSERT_FACTS,
     INSERT_HISTORY,
+    MAX_BOUND_IDS,
     MOVE_FACT,
     SECTIONS_QUERY,
     TOMBSTONE_FACTS,
+    TOMBSTONES_QUERY,
     UPDATE_FACT,
     UPDATE_SECTION,
 )
@@ -88,6 +91,9 @@ def plan_save(
         for row in conn.execute(SECTIONS_QUERY, {"scope_id": scope_id})
     }
     fact_ids = [fact.values.fact_id for fact in incoming.facts or ()]
+    rows = list(conn.execute(FACTS_QUERY, {"scope_id": scope_id, "fact_ids": fact_ids[:MAX_BOUND_IDS]}))
+    for ids in _chunks(fact_ids[MAX_BOUND_IDS:]):
+        rows.extend(conn.execute(TOMBSTONES_QUERY, {"scope_id": scope_id, "fact_ids": ids}))
     facts = [
         StoredFact(
             row_id=row.id,
@@ -97,7 +103,7 @@ def plan_save(
             updated_revision=row.updated_revision,
             deleted_revision=row.deleted_revision,
         )
-        for row in conn.execute(FACTS_QUERY, {"scope_id": scope_id, "fact_ids": fact_ids})
+        for row in rows
     ]
     return plan_merge(
         incoming,
@@ -113,10 +119,9 @@ def plan_save(
 def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, origin: str) -> None:
     """Write the plan: tombstones first, so a re-added content key never meets its old live row."""
     revision = plan.revision
-    if plan.tombstones:
+    for ids in _chunks(plan.tombstones):
         conn.execute(
-            TOMBSTONE_FACTS,
-            {"b_scope_id": scope_id, "b_fact_ids": plan.tombstones, "b_revision": revision, "b_now": now},
+            TOMBSTONE_FACTS, {"b_scope_id": scope_id, "b_fact_ids": ids, "b_revision": revision, "b_now": now}
         )
     if plan.updates:
         conn.execute(UPDATE_FACT, [_fact_row(scope_id, v, pos, revision) for v, pos in plan.updates])
@@ -191,6 +196,12 @@ def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, 
                 for change in plan.changes
             ],
         )
+
+
+def _chunks(ids: list[str]) -> Iterator[list[str]]:
+    """``ids`` in slices small enough to bind into one statement (``MAX_BOUND_IDS``)."""
+    for start in range(0, len(ids), MAX_BOUND_IDS):
+        yield ids[start : start + MAX_BOUND_IDS]
 
 
 def _columns(values: FactValues) -> dict[str, Any]:
