@@ -226,8 +226,9 @@ def test_max_queue_chars_bounds_memory_whatever_the_flags(
     assert queue.pending_count == held // MAX_QUEUED_CONVERSATION_CHARS
     assert queue.stats.rejected_full == offered - queue.pending_count
     assert used < 2 * config.max_queue_chars  # ASCII: a byte a character, plus per-message overhead
+    admitted = queue.pending_count
     queue.clear()
-    record(max_queue_chars=config.max_queue_chars, offered=offered, admitted=queue.pending_count, bytes=used)
+    record(max_queue_chars=config.max_queue_chars, offered=offered, admitted=admitted, chars=held, bytes=used)
 
 
 def test_the_batch_being_processed_counts_against_max_queue_chars(isolated_config: MemoryConfig) -> None:
