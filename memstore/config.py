@@ -55,10 +55,14 @@ class MemoryConfig(BaseModel):
     guaranteed_token_budget: int = Field(default=500, ge=50, le=2000)
     shutdown_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
     max_queue_depth: int = Field(default=10_000, ge=1, le=1_000_000)
+    # At least one conversation at the queue's per-conversation cap (MAX_QUEUED_CONVERSATION_CHARS).
+    max_queue_chars: int = Field(default=100_000_000, ge=64_000, le=10_000_000_000)
     update_max_attempts: int = Field(default=10, ge=1, le=100)
     update_retry_base_seconds: float = Field(default=2.0, gt=0, le=3600)
     update_retry_max_seconds: float = Field(default=300.0, gt=0, le=86_400)
     memory_context_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    write_lock_timeout_seconds: float = Field(default=5.0, gt=0, le=600)
+    write_statement_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     llm_base_url: str | None = None
     llm_api_key: SecretStr | None = None
     llm_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
@@ -72,6 +76,8 @@ class MemoryConfig(BaseModel):
         "update_retry_base_seconds",
         "update_retry_max_seconds",
         "memory_context_timeout_seconds",
+        "write_lock_timeout_seconds",
+        "write_statement_timeout_seconds",
     )
     @classmethod
     def _finite(cls, value: float) -> float:

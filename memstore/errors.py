@@ -35,6 +35,14 @@ class StorageWriteError(MemstoreError, OSError):
     """The provider refused to persist a document (it returned ``False``); nothing was changed."""
 
 
+class StaleDocumentError(MemstoreError):
+    """The scope was erased, cleared or vacuumed since the document was read; the save is refused.
+
+    The document was loaded (or its conversation captured) before that, so saving it would bring
+    erased memory back. Nothing was changed: reload the scope and redo the edit.
+    """
+
+
 class MalformedDocumentError(MemstoreError, ValueError):
     """A document whose shape cannot be stored without guessing; the save is refused."""
 

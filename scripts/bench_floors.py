@@ -15,7 +15,7 @@ from typing import Any
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS
 
 _SQLITE_SCOPE = (
-    "SELECT id, revision, version, updated_at FROM memory_scopes "
+    "SELECT id, revision, version, updated_at, created_at FROM memory_scopes "
     "WHERE coalesce(user_id, '') = ? AND coalesce(agent_name, '') = ?"
 )
 _FACT_COLUMNS = "fact_id, content, category, confidence, created_at, source, source_error, extra"
@@ -28,12 +28,12 @@ _SQLITE_SECTIONS = "SELECT section, summary, updated_at, extra FROM memory_secti
 # PostgreSQL: one statement, one round trip; scope columns repeat on every row.
 _PG_FACT_COLUMNS = ", ".join("f." + column for column in _FACT_COLUMNS.split(", "))
 _PG_LOAD = f"""
-SELECT s.id, s.revision, s.version, s.updated_at, 'f', {_PG_FACT_COLUMNS}, f.position
+SELECT s.id, s.revision, s.version, s.updated_at, 'f', {_PG_FACT_COLUMNS}, f.position, s.created_at
 FROM memory_scopes s LEFT JOIN memory_facts f ON f.scope_id = s.id AND f.deleted_revision IS NULL
 WHERE coalesce(s.user_id, '') = %(user)s AND coalesce(s.agent_name, '') = ''
 UNION ALL
 SELECT s.id, s.revision, s.version, s.updated_at, 's', c.section, c.summary, NULL, NULL, c.updated_at,
-       NULL, NULL, c.extra, NULL
+       NULL, NULL, c.extra, NULL, s.created_at
 FROM memory_scopes s JOIN memory_sections c ON c.scope_id = s.id
 WHERE coalesce(s.user_id, '') = %(user)s AND coalesce(s.agent_name, '') = ''
 """
@@ -46,6 +46,13 @@ def _iso(value: datetime | str | None) -> str | None:
     if parsed.tzinfo is not None:  # psycopg answers in the session's time zone
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed.isoformat() + "Z"
+
+
+def _incarnation(scope_id: int, created_at: datetime | str) -> str:
+    """The scope row's identity, as the provider's documents carry it (``cache.incarnation``)."""
+    parsed = datetime.fromisoformat(created_at) if isinstance(created_at, str) else created_at
+    parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return f"{scope_id}@{parsed.isoformat()}"
 
 
 def _fact(row: tuple[Any, ...], extra: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +69,12 @@ def _fact(row: tuple[Any, ...], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def _document(
-    version: str, updated_at: Any, revision: int, sections: dict[str, dict[str, Any]], facts: list[Any]
+    version: str,
+    updated_at: Any,
+    revision: int,
+    incarnation: str,
+    sections: dict[str, dict[str, Any]],
+    facts: list[Any],
 ) -> dict[str, Any]:
     def group(names: tuple[str, ...]) -> dict[str, Any]:
         return {name: sections.get(name, {"summary": "", "updatedAt": ""}) for name in names}
@@ -71,6 +83,7 @@ def _document(
         "version": version,
         "lastUpdated": _iso(updated_at),
         "revision": revision,
+        "incarnation": incarnation,
         "user": group(USER_SECTIONS),
         "history": group(HISTORY_SECTIONS),
         "facts": facts,
@@ -98,6 +111,7 @@ def sqlite_load(conn: sqlite3.Connection, user_id: str) -> dict[str, Any] | None
         scope[2],
         scope[3],
         scope[1],
+        _incarnation(scope[0], scope[4]),
         {
             name: {"summary": summary, "updatedAt": _iso(updated) or "", **json.loads(extra)}
             for name, summary, updated, extra in sections
@@ -122,4 +136,5 @@ def psycopg_load(conn: Any, user_id: str) -> dict[str, Any] | None:
             sections[row[5]] = {"summary": row[6], "updatedAt": _iso(row[9]) or "", **row[12]}
     facts.sort(key=lambda item: (item[0], item[1]))
     first = rows[0]
-    return _document(first[2], first[3], first[1], sections, [item[2] for item in facts])
+    incarnation = _incarnation(first[0], first[14])
+    return _document(first[2], first[3], first[1], incarnation, sections, [item[2] for item in facts])

@@ -46,6 +46,7 @@ from memstore.errors import (
     InvalidFactError,
     InvalidScopeError,
     QueryError,
+    StaleDocumentError,
     StorageUnavailableError,
     StorageWriteError,
 )
@@ -236,6 +237,8 @@ def _mapped_errors() -> Iterator[None]:
         raise RequestValidationError([{"loc": ["query"], "msg": str(exc), "type": "value_error"}]) from exc
     except InvalidScopeError as exc:
         raise RequestValidationError([{"loc": ["user"], "msg": str(exc), "type": "value_error"}]) from exc
+    except StaleDocumentError as exc:
+        raise HTTPException(409, str(exc)) from exc
     except (StorageUnavailableError, StorageWriteError) as exc:
         # StorageWriteError: the provider's save returned False (the database refused the write).
         raise HTTPException(503, _UNAVAILABLE) from exc

@@ -138,7 +138,8 @@ def export_scopes(storage: MemoryStorage, scopes: Iterable[Scope], destination: 
     written: list[Path] = []
     for user_id, agent_name in scopes:
         document = storage.load(agent_name, user_id=user_id)
-        document.pop("revision", None)
+        for bookkeeping in ("revision", "incarnation"):  # the SQL provider's, meaningless elsewhere
+            document.pop(bookkeeping, None)
         path = scope_path(destination, user_id, agent_name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(document, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")

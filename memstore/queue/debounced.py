@@ -17,10 +17,14 @@ goes back into the queue with exponential backoff (``update_retry_base_seconds``
 the same key that arrived meanwhile wins, because it carries the whole thread. Every other error
 is permanent (a bad LLM reply stays bad) and is never retried.
 
-The queue is bounded by ``max_queue_depth`` keys; when full, a new key is dropped with a warning
-unless it carries a correction, which is the one signal too costly to lose. Each conversation is
-trimmed to its newest ``MAX_QUEUED_CONVERSATION_CHARS`` on the way in, so memory stays
-proportional to the depth, not to what users paste.
+The queue is bounded (``bounds.py``). Past ``max_queue_depth`` keys a new key is dropped with a
+warning, unless it carries a correction, the one signal too costly to lose: corrections may use
+a reserve of a tenth of the depth more, and are dropped too once that is full. Admitted
+corrections are then processed like any other turn, in arrival order; the reserve only decides
+admission. Each conversation is trimmed to its newest ``MAX_QUEUED_CONVERSATION_CHARS`` on the way
+in, and ``max_queue_chars`` caps the characters of everything queued or being processed, so
+memory has a bound whatever the flags or what users paste. A turn that would pass it is dropped
+(a newer turn of a queued conversation too: the older one stays queued).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from memstore.capture.conversation import ConversationContext, ConversationKey
 from memstore.capture.filtering import bound_conversation
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import StorageUnavailableError
+from memstore.queue.bounds import QueueBudget, conversation_chars
 from memstore.queue.contract import ConversationUpdater, QueueStats, UpdaterFactory
 
 logger = logging.getLogger(__name__)
@@ -79,6 +84,7 @@ class MemoryUpdateQueue:
         self._batch_interval = batch_interval_seconds
         # Insertion-ordered by key: O(1) coalescing however deep the queue gets.
         self._queue: dict[ConversationKey, ConversationContext] = {}
+        self._budget = QueueBudget()
         # Earliest ``not_before`` among waiting retries (may be early after a supersede, never late).
         self._next_retry: float | None = None
         self._counts: dict[str, int] = dict.fromkeys(QueueStats.__dataclass_fields__, 0)
@@ -150,6 +156,7 @@ class MemoryUpdateQueue:
         with self._lock:
             self._cancel_timer_locked()
             self._queue.clear()
+            self._budget.clear()
             self._next_retry = None
             self._pending_since = None
             self._rerun_pending = False
@@ -219,10 +226,23 @@ class MemoryUpdateQueue:
             max_message_chars=MAX_QUEUED_MESSAGE_CHARS,
             max_total_chars=MAX_QUEUED_CONVERSATION_CHARS,
         )
+        chars = conversation_chars(context.messages)
         with self._lock:
             if self._closed:
                 logger.warning(
                     "memory queue is shut down; dropping the update for thread %s", context.thread_id
+                )
+                return
+            full = self._budget.refusal(
+                config, context.key, chars, depth=len(self._queue), correction=context.correction_detected
+            )
+            if full is not None:
+                self._counts["rejected_full"] += 1
+                logger.warning(
+                    "memory queue is full (%s); dropping the update for thread %s (%d dropped so far)",
+                    full,
+                    context.thread_id,
+                    self._counts["rejected_full"],
                 )
                 return
             previous = self._queue.pop(context.key, None)
@@ -233,17 +253,8 @@ class MemoryUpdateQueue:
                 context.reinforcement_detected |= previous.reinforcement_detected
                 if previous.not_before:
                     self._next_retry = self._earliest_retry_locked()
-            elif len(self._queue) >= config.max_queue_depth and not context.correction_detected:
-                self._counts["rejected_full"] += 1
-                logger.warning(
-                    "memory queue is full (%d conversations); dropping the update for thread %s "
-                    "(%d dropped so far)",
-                    len(self._queue),
-                    context.thread_id,
-                    self._counts["rejected_full"],
-                )
-                return
             self._queue[context.key] = context
+            self._budget.put(context.key, chars)
             self._counts["accepted"] += 1
             now = time.monotonic()
             if self._pending_since is None:
@@ -288,6 +299,7 @@ class MemoryUpdateQueue:
         else:
             for item in batch:
                 del self._queue[item.key]
+        self._budget.take(item.key for item in batch)
         self._next_retry = self._earliest_retry_locked()
         self._pending_since = None
         self._processing = bool(batch)
@@ -319,6 +331,7 @@ class MemoryUpdateQueue:
     def _finish_batch(self) -> None:
         with self._lock:
             self._processing = False
+            self._budget.batch_done()
             if self._rerun_pending:
                 self._rerun_pending = False
                 if self._queue:
@@ -397,6 +410,7 @@ class MemoryUpdateQueue:
             context.attempts = attempts
             context.not_before = time.monotonic() + delay
             self._queue[context.key] = context
+            self._budget.put(context.key, conversation_chars(context.messages))
             self._next_retry = min(self._next_retry or context.not_before, context.not_before)
             self._counts["retries"] += 1
         logger.warning(

@@ -43,9 +43,10 @@ class MemoryStorage(ABC):
 
         ``origin`` (a thread id, ``manual``, ``import``...) labels the change in an audit trail,
         where the provider keeps one. ``captured_at`` is when the conversation behind the
-        document was queued: a provider that records erasures drops (logs, returns ``True``)
-        a document captured before the scope was erased or cleared, so a late update cannot
-        bring erased memory back.
+        document was queued. A provider that records erasures refuses, with a logged
+        ``StaleDocumentError`` and no change, a document captured before the scope was erased
+        or cleared, or loaded before it was erased (whatever revision the scope has reached
+        since), so a late update cannot bring erased memory back and is never reported saved.
         """
 
     def clear(self, agent_name: str | None = None, *, user_id: str | None = None) -> bool:

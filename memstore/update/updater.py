@@ -5,7 +5,9 @@ event loop: when called from a thread that already runs one, it hands the work t
 thread pool and blocks on the result, exactly like a plain sync call would. Every failure
 is logged and reported as ``False`` so the queue keeps going; nothing is saved on failure.
 The one exception is an unreachable store: ``StorageUnavailableError`` propagates, because
-retrying later can succeed where a bad LLM reply never will, and the queue retries it.
+retrying later can succeed where a bad LLM reply never will, and the queue retries it. A
+database whose schema is not at head (``SchemaNotReadyError``) counts as unreachable: an
+operator fixes it with ``memstore db upgrade``, and the queued conversations must survive that.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, Unpack
 
 from memstore.capture.conversation import ConversationContext, ConversationFields
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.errors import MemstoreError, StorageUnavailableError
+from memstore.errors import MemstoreError, SchemaNotReadyError, StorageUnavailableError
 from memstore.storage.loader import get_memory_storage
 from memstore.update.apply import apply_updates
 from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor
@@ -61,7 +63,8 @@ class MemoryUpdater:
         """Update the context's scope from its conversation; ``True`` once the result is saved.
 
         The store refuses an update for a scope erased or cleared after ``context.timestamp``.
-        Raises ``StorageUnavailableError`` when the store cannot be reached (nothing was saved).
+        Raises ``StorageUnavailableError`` when the store cannot be reached or its schema is not
+        at head (nothing was saved).
         """
         try:
             asyncio.get_running_loop()
@@ -107,6 +110,14 @@ class MemoryUpdater:
         except StorageUnavailableError as exc:
             logger.warning("memory update for thread %s could not reach the store: %s", thread_id, exc)
             raise
+        except SchemaNotReadyError as exc:
+            logger.error(
+                "memory update for thread %s is kept for retry: the database schema is not ready "
+                "(run `memstore db upgrade`): %s",
+                thread_id,
+                exc,
+            )
+            raise StorageUnavailableError(f"the database schema is not ready: {exc}") from exc
         except MemstoreError as exc:
             # Expected failures (bad reply, malformed stored document, config, endpoint down)
             # carry a clear message; a traceback would only add noise on every queued update.

@@ -13,12 +13,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from sqlalchemy import inspect, text
 
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
-from memstore.document import create_empty_memory
+from memstore.document import MemoryDocument, create_empty_memory
+from memstore.errors import StaleDocumentError
 from memstore.gateway.middleware import MemoryMiddleware
+from memstore.integrations.fastapi import create_memory_router
 from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact,
@@ -174,7 +178,8 @@ def test_an_in_flight_update_loaded_before_erase_is_dropped(config: MemoryConfig
     in_flight = storage.load(user_id="alice")
     erase_user("alice", storage=SqlMemoryStorage(sql_url))  # another process
     in_flight["facts"].append({"id": "new", "content": f"late {SECRET}", "category": "context"})
-    assert storage.save(in_flight, user_id="alice")  # dropped, logged, not an error
+    with pytest.raises(StaleDocumentError):  # dropped and logged, never reported as saved
+        storage.save(in_flight, user_id="alice")
     assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}
 
 
@@ -186,7 +191,8 @@ def test_clear_fences_updates_captured_before_it(config: MemoryConfig) -> None:
     clear_memory_data(user_id="alice")
     stale = create_empty_memory()
     stale["facts"] = [{"id": "x", "content": "from before the clear", "category": "context"}]
-    assert storage.save(stale, user_id="alice", captured_at=captured)
+    with pytest.raises(StaleDocumentError):
+        storage.save(stale, user_id="alice", captured_at=captured)
     assert storage.reload(user_id="alice")["facts"] == []
     assert storage.save(stale, user_id="alice", captured_at=datetime.now(UTC))
     assert [f["id"] for f in storage.reload(user_id="alice")["facts"]] == ["x"]
@@ -250,7 +256,8 @@ def test_vacuum_purges_old_history_and_tombstones_and_fences_older_documents(
     live = [f["id"] for f in storage.reload(user_id="alice")["facts"]]
     assert len(live) == 1
     # The stale document still holds the purged fact: merging it would resurrect it.
-    assert storage.save(stale, user_id="alice")
+    with pytest.raises(StaleDocumentError):
+        storage.save(stale, user_id="alice")
     assert [f["id"] for f in storage.reload(user_id="alice")["facts"]] == live
     # A document loaded now merges normally.
     fresh = storage.load(user_id="alice")
@@ -266,3 +273,89 @@ def test_erase_and_vacuum_refuse_bad_input(config: MemoryConfig) -> None:
         erase_user("alice'; DROP TABLE memory_scopes; --")
     with pytest.raises(QueryError):
         vacuum(timedelta(days=-1))
+
+
+def _add_two_facts(storage: SqlMemoryStorage, user_id: str, prefix: str) -> None:
+    """Two saves, so a scope (re-)created from nothing is at revision 2."""
+    for n in (1, 2):
+        document = storage.load(user_id=user_id)
+        document["facts"].append({"id": f"{prefix}-{n}", "content": f"{prefix} {n}", "category": "context"})
+        assert storage.save(document, user_id=user_id, origin="manual")
+
+
+def test_a_document_loaded_before_erase_is_refused_at_the_same_revision(
+    config: MemoryConfig, sql_url: str
+) -> None:
+    """The issue's sequence: load at revision 2, erase, two new facts (revision 2 again), save."""
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _add_two_facts(storage, "alice", SECRET)
+    loaded = storage.load(user_id="alice")  # what a PATCH holds while the erase runs
+    assert loaded["revision"] == 2
+    erase_user("alice", storage=SqlMemoryStorage(sql_url))  # another process
+    _add_two_facts(storage, "alice", "after")
+    assert storage.reload(user_id="alice")["revision"] == 2
+
+    loaded["facts"][0]["content"] = f"edited {SECRET}"
+    with pytest.raises(StaleDocumentError):
+        storage.save(loaded, user_id="alice", origin="manual")
+
+    assert [f["content"] for f in storage.reload(user_id="alice")["facts"]] == ["after 1", "after 2"]
+    assert _rows_mentioning(sql_url, (SECRET,)) == {}
+
+
+def test_a_refused_late_update_counts_as_skipped_not_updated(
+    config: MemoryConfig, sql_url: str, openai_server: OpenAIStubServer
+) -> None:
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    openai_server.default_reply = _reply(f"alice loves {SECRET}")
+    thread = [{"role": "user", "content": f"I love {SECRET}"}, {"role": "assistant", "content": "Noted."}]
+    MemoryMiddleware().after_agent(thread, thread_id="t-late", user_id="alice")
+    erase_user("alice", storage=storage)
+    queue = get_memory_queue()
+    queue.flush()
+
+    assert len(openai_server.requests) == 1
+    assert (queue.stats.updated, queue.stats.skipped) == (0, 1)
+    assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}
+
+
+class ErasedWhileEditing(SqlMemoryStorage):
+    """The configured storage, with another process erasing alice (and her adding two facts)
+    between the next ``load`` and the save that follows it."""
+
+    armed = False
+
+    def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+        document = super().load(agent_name, user_id=user_id)
+        if ErasedWhileEditing.armed and user_id == "alice":
+            ErasedWhileEditing.armed = False
+            other = SqlMemoryStorage(self._url)
+            erase_user("alice", storage=other)
+            _add_two_facts(other, "alice", "after")
+        return document
+
+
+def test_a_patch_that_raced_an_erase_answers_409_and_stores_nothing(sql_url: str, tmp_path: Path) -> None:
+    set_memory_config(
+        MemoryConfig(
+            data_dir=str(tmp_path / "data"),
+            storage_class=f"{__name__}.ErasedWhileEditing",
+            database_url=sql_url,
+        )
+    )
+    reset_memory_storage()
+    app = FastAPI()
+    app.include_router(create_memory_router(lambda: "alice"))
+    with TestClient(app) as client:
+        for text in (f"one {SECRET}", f"two {SECRET}"):
+            assert client.post("/api/memory/facts", json={"content": text}).status_code == 200
+        fact_id = client.get("/api/memory").json()["facts"][0]["id"]
+        ErasedWhileEditing.armed = True
+        response = client.patch(f"/api/memory/facts/{fact_id}", json={"content": f"edited {SECRET}"})
+        assert response.status_code == 409, response.text
+        assert [f["content"] for f in client.get("/api/memory").json()["facts"]] == ["after 1", "after 2"]
+    reset_memory_storage()
+    assert _rows_mentioning(sql_url, (SECRET,)) == {}

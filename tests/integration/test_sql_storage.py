@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -15,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
-from memstore.errors import StorageUnavailableError
+from memstore.errors import StaleDocumentError, StorageUnavailableError
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import provider as storage_module
 from memstore.storage.sql.engine import get_engine
@@ -268,8 +269,8 @@ def test_a_revision_from_the_future_is_dropped(sql_url: str, caplog: pytest.LogC
     assert storage.save(_doc(_fact(1, "one"), _fact(2, "two")), user_id="alice")
     doc = _doc(_fact(2, "two"))
     doc["revision"] = 99
-    with caplog.at_level(logging.WARNING):
-        assert storage.save(doc, user_id="alice")
+    with caplog.at_level(logging.WARNING), pytest.raises(StaleDocumentError):
+        storage.save(doc, user_id="alice")
     assert _contents(storage.reload(user_id="alice")) == ["one", "two"]
     assert "revision 99" in caplog.text and "dropped" in caplog.text
 
@@ -424,3 +425,27 @@ def test_database_errors_are_logged_with_the_password_masked(
     assert "failed to save memory" in caplog.text
     assert "memstore:***@127.0.0.1:1" in caplog.text
     assert "s3cr3t-Pa55" not in caplog.text
+
+
+def _bind_limit(url: str) -> int:
+    """Bound parameters one statement may carry on this backend (this SQLite build's own limit)."""
+    if not url.startswith("sqlite"):
+        return 65_535
+    with sqlite3.connect(":memory:") as conn:
+        return conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
+
+
+def test_a_document_naming_more_facts_than_one_statement_can_bind_is_saved(sql_url: str) -> None:
+    """An import of about 250k facts used to fail with "too many SQL variables" and abort."""
+    storage = SqlMemoryStorage(sql_url)
+    returning = [_fact(900_000 + i, f"returning {i}", confidence=0.99) for i in range(10)]
+    assert storage.save(_doc(*returning), user_id="alice")
+    assert storage.save(_doc(_fact(1, "placeholder")), user_id="alice")  # tombstones the ten
+    count = _bind_limit(sql_url) + 1
+    huge = _doc(*(_fact(i, f"bulk {i}", confidence=0.5) for i in range(count - len(returning))), *returning)
+
+    assert storage.save(huge, user_id="alice", origin="import")
+
+    stored = storage.reload(user_id="alice")
+    assert len(stored["facts"]) == 100  # max_facts: the ten returning facts are the most confident
+    assert {f["content"] for f in returning} <= set(_contents(stored))

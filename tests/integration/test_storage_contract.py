@@ -12,6 +12,7 @@ import pytest
 from memstore.document import create_empty_memory
 from memstore.errors import InvalidScopeError
 from memstore.storage.base import MemoryStorage
+from memstore.storage.limits import MAX_NESTING, nests_deeper
 from tests.integration.conftest import StorageFactory
 
 
@@ -191,3 +192,29 @@ def test_eight_threads_load_and_save_concurrently(storage: MemoryStorage) -> Non
         facts = storage.reload(user_id=f"user-{index}")["facts"]
         assert [f["content"] for f in facts] == [f"user-{index} round {rounds - 1}"]
     json.dumps(storage.load(user_id="user-0"))
+
+
+def _nested(levels: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+def test_json_nested_past_the_limit_is_refused_and_never_breaks_later_reads(storage: MemoryStorage) -> None:
+    """A 300-deep unknown key once stored made every later API call for its user fail."""
+    assert storage.save(_doc(_fact("fact_0000000a", "kept")), user_id="alice")
+    deepest = _fact("fact_0000000b", "at the limit", extra=_nested(MAX_NESTING - 1))
+    assert not nests_deeper(deepest, MAX_NESTING) and nests_deeper(deepest, MAX_NESTING - 1)
+
+    too_deep_fact = _doc(_fact("fact_0000000a", "kept"), _fact("fact_0000000c", "deep", extra=_nested(300)))
+    too_deep_section = _doc(_fact("fact_0000000a", "kept"))
+    too_deep_section["user"]["workContext"]["extra"] = _nested(MAX_NESTING)
+    for document in (too_deep_fact, too_deep_section):
+        assert not storage.save(document, user_id="alice")
+    stored = storage.reload(user_id="alice")
+    assert [f["content"] for f in stored["facts"]] == ["kept"]
+    json.dumps(stored)  # what every reader does with it
+
+    assert storage.save(_doc(_fact("fact_0000000a", "kept"), deepest), user_id="alice")
+    assert _comparable(storage.reload(user_id="alice"))["facts"][1] == deepest

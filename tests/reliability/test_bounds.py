@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 
+from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.queue import MemoryUpdateQueue, set_memory_queue
-from memstore.queue.debounced import MAX_QUEUED_MESSAGE_CHARS
+from memstore.queue.bounds import conversation_chars, correction_reserve
+from memstore.queue.debounced import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS
 from memstore.update.prompt import MAX_CONVERSATION_CHARS
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import fact, prompt_conversation, update_reply
@@ -145,3 +147,111 @@ def test_ten_thousand_queued_users_cost_memory_proportional_to_the_entries(
         pasted_bytes_per_user=heavy // 1_000,
         lost=0,
     )
+
+
+def test_corrections_past_the_reserve_are_dropped_and_memory_stays_bounded(
+    isolated_config: MemoryConfig, caplog: pytest.LogCaptureFixture, record: Record
+) -> None:
+    """Corrections ("try again", "redo") are everyday turns: a flood of them must not bypass the depth."""
+    config = configure(max_queue_depth=100, data_dir=isolated_config.data_dir)
+    caplog.set_level(logging.ERROR, logger="memstore")  # captured warnings would be counted too
+    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    set_memory_queue(queue)
+    middleware = MemoryMiddleware()
+    offered = 2_000
+    text = "That's wrong, try again. " + "r" * MAX_QUEUED_MESSAGE_CHARS
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for n in range(offered):
+            unique = f"{n:05d} {text}"  # a new string per turn, as real traffic would be
+            middleware.after_agent(
+                [{"role": "user", "content": unique}, {"role": "assistant", "content": "OK."}],
+                thread_id=f"t{n}",
+                user_id=f"user{n}",
+            )
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    used = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+    limit = config.max_queue_depth + correction_reserve(config.max_queue_depth)
+    assert all(context.correction_detected for context in queue._queue.values())
+    assert queue.pending_count == limit == 110
+    assert queue.stats.rejected_full == offered - limit
+    assert used < limit * entry_bound(text)
+    queue.clear()
+    record(
+        depth=100, reserve=10, offered=offered, admitted=limit, bytes=used, bound=limit * entry_bound(text)
+    )
+
+
+def long_thread(n: int) -> list[dict[str, str]]:
+    """A conversation over the per-conversation cap, in turns at the per-message cap; unique text."""
+    return [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": f"{n}.{i} " + "c" * MAX_QUEUED_MESSAGE_CHARS,
+        }
+        for i in range(12)
+    ]
+
+
+def test_max_queue_chars_bounds_memory_whatever_the_flags(
+    isolated_config: MemoryConfig, record: Record
+) -> None:
+    config = configure(max_queue_depth=100_000, max_queue_chars=1_000_000, data_dir=isolated_config.data_dir)
+    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    offered = 300
+
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        for n in range(offered):
+            queue.add(
+                thread_id=f"t{n}",
+                messages=long_thread(n),
+                user_id=f"user{n}",
+                correction_detected=True,
+                reinforcement_detected=True,
+            )
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    used = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+    held = sum(conversation_chars(context.messages) for context in queue._queue.values())
+    assert 0 < held <= config.max_queue_chars
+    assert queue.pending_count == held // MAX_QUEUED_CONVERSATION_CHARS
+    assert queue.stats.rejected_full == offered - queue.pending_count
+    assert used < 2 * config.max_queue_chars  # ASCII: a byte a character, plus per-message overhead
+    admitted = queue.pending_count
+    queue.clear()
+    record(max_queue_chars=config.max_queue_chars, offered=offered, admitted=admitted, chars=held, bytes=used)
+
+
+def test_the_batch_being_processed_counts_against_max_queue_chars(isolated_config: MemoryConfig) -> None:
+    configure(max_queue_chars=4 * MAX_QUEUED_CONVERSATION_CHARS, data_dir=isolated_config.data_dir)
+    queue: MemoryUpdateQueue
+    admitted_during_batch: list[int] = []
+
+    class Updater:
+        def update(self, context: ConversationContext) -> bool:
+            if context.thread_id == "first":
+                for n in range(5):
+                    queue.add(thread_id=f"t{n}", messages=long_thread(n), user_id=f"user{n}")
+                admitted_during_batch.append(queue.pending_count)
+            return True
+
+    queue = MemoryUpdateQueue(lambda: Updater(), batch_interval_seconds=0.0)
+    queue.add(thread_id="first", messages=long_thread(99), user_id="u")
+    queue.flush()
+
+    assert admitted_during_batch == [3]  # 4 fit, and the one in flight holds the first slot
+    assert queue.stats.rejected_full == 2
+    queue.flush()
+    assert queue._budget.held == 0
+    queue.add(thread_id="after", messages=long_thread(7), user_id="u")
+    assert queue.pending_count == 1
+    queue.clear()

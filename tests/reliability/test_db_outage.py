@@ -171,3 +171,42 @@ def test_an_outage_longer_than_the_retry_budget_is_reported(
     assert delays == [0.05, 0.10, 0.10]
     assert "conversation dropped after 4 attempt(s)" in caplog.text
     assert openai_server.requests == [], "a load that fails must not spend an LLM call"
+
+
+def test_a_database_behind_head_keeps_queued_conversations_until_db_upgrade(
+    pg_url: str, openai_server: OpenAIStubServer, caplog: pytest.LogCaptureFixture, record: Record
+) -> None:
+    upgrade(pg_url, "0001")  # a replica deployed before the DBA ran `memstore db upgrade`
+    configure(
+        database_url=pg_url,
+        update_retry_base_seconds=60,
+        update_max_attempts=3,
+        **llm_settings(openai_server),
+    )
+    openai_server.default_reply = remember_reply
+    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    caplog.set_level(logging.WARNING)
+    try:
+        for user in USERS:
+            queue.add(thread_id=f"t-{user}", messages=turn(f"remember {user}-token"), user_id=user)
+        queue.flush()
+
+        assert queue.pending_count == len(USERS), "conversations were dropped instead of kept for retry"
+        assert queue.stats.retries == len(USERS) and queue.stats.skipped == 0
+        errors = [
+            r for r in caplog.records if r.levelno == logging.ERROR and "memstore db upgrade" in r.message
+        ]
+        assert len(errors) == len(USERS)
+        assert openai_server.requests == []
+
+        upgrade(pg_url)
+        queue.flush()  # what the backoff timer does once the retry is due
+
+        assert queue.pending_count == 0
+        assert queue.stats.updated == len(USERS)
+        lost = [user for user in USERS if stored(pg_url, user) != {f"fact {user}-token"}]
+        assert lost == []
+    finally:
+        queue.clear()
+        dispose_engines()
+    record(conversations=len(USERS), retries=queue.stats.retries, lost=len(lost))

@@ -16,6 +16,7 @@ from memstore.document import MemoryDocument, create_empty_memory, unstored_memo
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.file.layout import FILE_NAME, scope_path
 from memstore.storage.file.operations import FileOperations
+from memstore.storage.limits import MAX_NESTING, document_too_deep
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ class FileMemoryStorage(FileOperations):
     ) -> bool:
         scope = resolve_scope(agent_name, user_id)
         path = self.path_for(scope[1], user_id=scope[0])
+        if document_too_deep(memory):
+            logger.error("memory for scope %s nests deeper than %d levels, not saved", scope, MAX_NESTING)
+            return False
         document = dict(memory)
         document["lastUpdated"] = utc_now_iso_z()
         try:

@@ -4,6 +4,11 @@ An entry is ``(stamp, document, snapshot)``. The stamp (scope row id, revision, 
 what ``load`` compares with one cheap query; the row id and creation time catch a scope that was
 erased and re-created up to the same revision number. The document is never handed out (``load``
 copies it), and the snapshot is what the save fast path plans against.
+
+Every document carries that identity as its ``incarnation``, next to its ``revision``: a
+document loaded before an erase names a scope row that no longer exists, so its save is refused
+(``write.late_write``) whatever revision the re-created scope has reached. The creation time is
+part of it because SQLite may give a re-created row the erased row's id.
 """
 
 from __future__ import annotations
@@ -17,7 +22,14 @@ from typing import Any
 from sqlalchemy import Row
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
-from memstore.storage.sql.codec import EMPTY_SECTION, FactValues, SectionValues, decode_section, json_object
+from memstore.storage.sql.codec import (
+    EMPTY_SECTION,
+    INCARNATION_KEY,
+    FactValues,
+    SectionValues,
+    decode_section,
+    json_object,
+)
 from memstore.storage.sql.merge import MergePlan
 from memstore.storage.sql.snapshot import Snapshot, snapshot_of
 
@@ -32,6 +44,11 @@ def stamp(row: AnyRow) -> Stamp:
 
 def stamp_of(scope_row: AnyRow, revision: int) -> Stamp:
     return (scope_row.scope_id, revision, as_utc(scope_row.scope_created_at) or datetime.min)
+
+
+def incarnation(stamp: Stamp) -> str:
+    """The scope row's identity as a document carries it: row id and creation time."""
+    return f"{stamp[0]}@{stamp[2].isoformat()}"
 
 
 def _raw_timestamp(value: datetime | str | None) -> datetime | None:
@@ -73,8 +90,9 @@ def entry_from_rows(rows: Sequence[AnyRow]) -> CacheEntry:
             sections[name] = SectionValues(text, _raw_timestamp(stamp), _raw_json(extra))
     facts.sort(key=lambda item: (item[0], item[1]))
     snapshot = snapshot_of([item[2] for item in facts], [item[0] for item in facts], sections)
-    document = _document(first.version, first.scope_updated_at, first.revision, snapshot)
-    return stamp_of(first, first.revision), document, snapshot
+    entry_stamp = stamp_of(first, first.revision)
+    document = _document(entry_stamp, first.version, first.scope_updated_at, snapshot)
+    return entry_stamp, document, snapshot
 
 
 def entry_after(
@@ -87,13 +105,14 @@ def entry_after(
 ) -> CacheEntry:
     """The cache entry for the scope as the plan leaves it, reusing what ``previous`` decoded."""
     snapshot = snapshot_of(plan.facts, plan.positions, plan.sections, previous[2] if previous else None)
-    return stamp_of(scope_row, revision), _document(version, updated_at, revision, snapshot), snapshot
+    entry_stamp = stamp_of(scope_row, revision)
+    return entry_stamp, _document(entry_stamp, version, updated_at, snapshot), snapshot
 
 
 _RAW_FACT = attrgetter("raw")
 
 
-def _document(version: str, updated_at: datetime, revision: int, snapshot: Snapshot) -> MemoryDocument:
+def _document(entry_stamp: Stamp, version: str, updated_at: datetime, snapshot: Snapshot) -> MemoryDocument:
     """The document of a snapshot; it shares the snapshot's (never mutated) fact and section dicts."""
 
     def group(names: tuple[str, ...]) -> dict[str, Any]:
@@ -105,7 +124,8 @@ def _document(version: str, updated_at: datetime, revision: int, snapshot: Snaps
     return {
         "version": version,
         "lastUpdated": format_timestamp(updated_at),
-        "revision": revision,
+        "revision": entry_stamp[1],
+        INCARNATION_KEY: incarnation(entry_stamp),
         "user": group(USER_SECTIONS),
         "history": group(HISTORY_SECTIONS),
         "facts": list(map(_RAW_FACT, snapshot.facts.values())),

@@ -5,7 +5,8 @@ reproduce exactly -- a missing key, a ``createdAt`` like ``"2026-07-14"`` or wit
 offset, a non-string ``source``, an integer confidence -- is kept verbatim in the row's ``extra``
 JSON under the reserved key ``$memstore`` (``{"raw": {key: value}, "absent": [key, ...]}``), so
 ``load(save(doc))`` gives back the same fact and section values. Unknown keys are kept flat in
-``extra``, where a DBA can query them.
+``extra``, where a DBA can query them, up to ``limits.MAX_NESTING`` levels deep: a fact or
+section nested deeper is refused (``MalformedDocumentError``), because no reader could serialise it.
 
 One deliberate normalisation: a confidence that is not a finite number in [0, 1] (a string,
 null, a bool, NaN, 1.5) is stored and loaded as ``coerce_confidence(value)``, because the column
@@ -31,8 +32,10 @@ from memstore.document import (
     parse_timestamp,
 )
 from memstore.errors import MalformedDocumentError
+from memstore.storage.limits import MAX_NESTING, nests_deeper
 
 RESERVED_KEY = "$memstore"
+INCARNATION_KEY = "incarnation"
 FACT_FIELDS = ("id", "content", "category", "confidence", "createdAt", "source", "sourceError")
 SECTION_FIELDS = ("summary", "updatedAt")
 MAX_FACT_ID = 64
@@ -134,9 +137,14 @@ class KnownSection(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class IncomingDocument:
-    """What a save asks for. ``facts is None`` means the document carried no ``facts`` key."""
+    """What a save asks for. ``facts is None`` means the document carried no ``facts`` key.
+
+    ``incarnation`` is the scope row the document was loaded from (``cache.incarnation``); it
+    counts only with a ``revision``, since a document without one replaces the scope.
+    """
 
     revision: int | None
+    incarnation: str | None
     version: str | None
     facts: list[IncomingFact] | None
     sections: dict[str, SectionValues]
@@ -212,7 +220,10 @@ def _with_overrides(
     """``given``'s unknown keys plus a ``$memstore`` entry for known keys the columns cannot reproduce.
 
     A private copy: stored and cached values must not change when the caller edits its document.
+    Refuses an object nested deeper than ``limits.MAX_NESTING``, which readers could not serialise.
     """
+    if nests_deeper(given, MAX_NESTING):
+        raise MalformedDocumentError(f"JSON nested deeper than {MAX_NESTING} levels cannot be stored")
     extra = {key: value for key, value in given.items() if key not in fields and key != RESERVED_KEY}
     raw = {
         key: given[key] for key in fields if key in given and not _same(base.get(key, _MISSING), given[key])
@@ -322,8 +333,8 @@ def parse_document(
     """Validate and encode a document for saving; raises MalformedDocumentError rather than guess.
 
     Missing ``facts``/``user``/``history`` keys (or section names) mean "leave as stored", never
-    "delete". Top-level keys other than revision/version/user/history/facts, and section names
-    outside the six known ones, are not stored.
+    "delete". Top-level keys other than revision/incarnation/version/user/history/facts, and
+    section names outside the six known ones, are not stored.
 
     A fact or section exactly equal (``same_json``) to its ``known_*`` entry takes that entry's
     values without being encoded again: most of a loaded document comes back unchanged, and encoding
@@ -334,6 +345,9 @@ def parse_document(
     revision = memory.get("revision")
     if revision is not None and (not isinstance(revision, int) or isinstance(revision, bool) or revision < 0):
         raise MalformedDocumentError(f"'revision' must be a non-negative integer, got {revision!r}")
+    incarnation = memory.get(INCARNATION_KEY) if revision is not None else None
+    if incarnation is not None and not isinstance(incarnation, str):
+        raise MalformedDocumentError(f"'{INCARNATION_KEY}' must be a string, got {incarnation!r}")
     version = memory.get("version")
     sections: dict[str, SectionValues] = {}
     for group, names in SECTION_GROUPS.items():
@@ -355,6 +369,7 @@ def parse_document(
                 sections[name] = encode_section(section)
     return IncomingDocument(
         revision=revision,
+        incarnation=incarnation,
         version=version if isinstance(version, str) and len(version) <= MAX_VERSION else None,
         facts=_parse_facts(memory["facts"], known_facts or {}) if "facts" in memory else None,
         sections=sections,

@@ -2,7 +2,8 @@
 
 SQLite: WAL, ``busy_timeout`` and foreign keys on every connection, and transactions that
 we BEGIN ourselves so writers can take the lock up front (``BEGIN IMMEDIATE``) instead of
-failing to upgrade a read lock. PostgreSQL: psycopg 3 with ``pool_pre_ping``.
+failing to upgrade a read lock; a writer may bring its own busy timeout
+(``SQLITE_BUSY_TIMEOUT_OPTION``). PostgreSQL: psycopg 3 with ``pool_pre_ping``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ PG_CONNECT_TIMEOUT_SECONDS = 10
 DEFAULT_SQLITE_FILE = "memory.db"
 # Execution option: a connection carrying it begins its transaction with BEGIN IMMEDIATE.
 SQLITE_WRITE_OPTION = "memstore_sqlite_write"
+# Execution option: how long (ms) that BEGIN IMMEDIATE waits for another writer; default above.
+SQLITE_BUSY_TIMEOUT_OPTION = "memstore_sqlite_busy_timeout_ms"
 
 # In text that is not a URL: "scheme://user:<this part>@host".
 _PASSWORD_LIKE = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
@@ -129,5 +132,15 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
-        write = connection.get_execution_options().get(SQLITE_WRITE_OPTION, False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        options = connection.get_execution_options()
+        if not options.get(SQLITE_WRITE_OPTION, False):
+            connection.exec_driver_sql("BEGIN")
+            return
+        # Per write, so a pooled connection never keeps another writer's timeout; on the driver
+        # connection, and only when it changes, since it is connection state rather than a statement.
+        busy_ms = int(options.get(SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_BUSY_TIMEOUT_MS))
+        pooled = connection.connection
+        if pooled.info.get(SQLITE_BUSY_TIMEOUT_OPTION) != busy_ms:
+            pooled.driver_connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            pooled.info[SQLITE_BUSY_TIMEOUT_OPTION] = busy_ms
+        connection.exec_driver_sql("BEGIN IMMEDIATE")

@@ -7,7 +7,9 @@ Saves: one transaction that takes the scope's write lock first (``BEGIN IMMEDIAT
 ``SELECT ... FOR UPDATE`` on PostgreSQL), merges the document into the stored rows
 (``merge.py``), writes only the rows that changed plus the audit rows derived from them
 (``history.py``), and bumps the scope's revision. ``write.py`` holds the transaction's steps.
-A save that changes nothing writes nothing and keeps the revision.
+A save that changes nothing writes nothing and keeps the revision. Waiting for that lock is
+bounded by ``write_lock_timeout_seconds`` (SQLite's busy timeout, PostgreSQL's ``lock_timeout``,
+with ``write_statement_timeout_seconds`` as its ``statement_timeout``); running out is an outage.
 
 The cache (``cache.py``) keeps, next to each document, a ``Snapshot`` of its rows. A save of a
 document loaded at the revision the store is still at (the usual case: no concurrent writer) is
@@ -36,14 +38,20 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory
-from memstore.errors import MalformedDocumentError, StorageUnavailableError
+from memstore.errors import MalformedDocumentError, StaleDocumentError, StorageUnavailableError
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
 from memstore.storage.sql import maintenance, queries
 from memstore.storage.sql.cache import CacheEntry, entry_after, entry_from_rows, stamp
 from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
-from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, database_url_from_config, get_engine, mask_url
+from memstore.storage.sql.engine import (
+    SQLITE_BUSY_TIMEOUT_OPTION,
+    SQLITE_WRITE_OPTION,
+    database_url_from_config,
+    get_engine,
+    mask_url,
+)
 from memstore.storage.sql.migrate import prepare_database
 from memstore.storage.sql.statements import (
     INSERT_SCOPE,
@@ -52,6 +60,7 @@ from memstore.storage.sql.statements import (
     MARK_CLEARED,
     STAMP_QUERY,
     UPDATE_SCOPE,
+    WRITE_TIMEOUTS,
     scope_keys,
 )
 from memstore.storage.sql.write import apply_plan, late_write, plan_save
@@ -74,6 +83,13 @@ class SqlMemoryStorage(MemoryStorage):
         self._url = database_url if database_url is not None else database_url_from_config(config)
         self._engine = get_engine(self._url)
         self._max_facts = config.max_facts
+        # A stuck lock on one scope must cost its own save a retry, not everyone's saves a wait.
+        lock_ms = round(config.write_lock_timeout_seconds * 1000)
+        self._write_options = {SQLITE_WRITE_OPTION: True, SQLITE_BUSY_TIMEOUT_OPTION: lock_ms}
+        self._pg_timeouts = {
+            "lock_timeout": f"{lock_ms}ms",
+            "statement_timeout": f"{round(config.write_statement_timeout_seconds * 1000)}ms",
+        }
         # PostgreSQL reads run in autocommit: no BEGIN/ROLLBACK round trips around one SELECT.
         # (SQLite keeps its own BEGIN handling; its reads are in-process and cheap.)
         self._reader = (
@@ -141,8 +157,10 @@ class SqlMemoryStorage(MemoryStorage):
         """Merge ``memory`` into the scope (see ``merge.py``); ``origin`` is recorded in the audit trail.
 
         A malformed document or a database error logs, returns False and changes nothing. An
-        unreachable database (connection refused or lost, lock or pool timeout) raises
-        ``StorageUnavailableError`` instead, like ``load``: retrying later can succeed.
+        unreachable database (connection refused or lost, lock, statement or pool timeout) raises
+        ``StorageUnavailableError`` instead, like ``load``: retrying later can succeed. A document
+        loaded, or a conversation captured, before the scope was erased, cleared or vacuumed
+        raises ``StaleDocumentError`` (see ``write.late_write``).
         """
         scope = resolve_scope(agent_name, user_id)
         with self._lock:
@@ -236,8 +254,10 @@ class SqlMemoryStorage(MemoryStorage):
         keys = scope_keys(scope)
         now = datetime.now(UTC)
         with self._engine.connect() as conn:
-            conn.execution_options(**{SQLITE_WRITE_OPTION: True})
+            conn.execution_options(**self._write_options)
             with conn.begin() as transaction:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(WRITE_TIMEOUTS, self._pg_timeouts)
                 scope_row = conn.execute(LOCK_QUERY, keys).first()
                 created = scope_row is None
                 if scope_row is None:
@@ -249,7 +269,7 @@ class SqlMemoryStorage(MemoryStorage):
                 if refusal is not None:
                     transaction.rollback()
                     logger.warning("memory update for scope %s dropped: %s", scope, refusal)
-                    return None
+                    raise StaleDocumentError(f"memory not saved: {refusal}")
                 if clear:
                     conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
                 plan = plan_save(conn, scope_row, incoming, cached, self._max_facts)
@@ -292,7 +312,11 @@ class SqlMemoryStorage(MemoryStorage):
 
 
 def _is_outage(exc: BaseException) -> bool:
-    """Errors that say "the database is not reachable right now", as opposed to "this write is wrong"."""
+    """Errors that say "the database is not reachable right now", as opposed to "this write is wrong".
+
+    That includes a lock or statement timeout (PostgreSQL 55P03 and 57014, SQLite's "database is
+    locked"): all OperationalErrors, retried later for that scope alone.
+    """
     if isinstance(exc, DBAPIError):
         return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
     return isinstance(exc, SATimeoutError | DisconnectionError)

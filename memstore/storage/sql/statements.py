@@ -19,6 +19,7 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    true,
     type_coerce,
     union_all,
     update,
@@ -51,6 +52,11 @@ LOCK_QUERY = (
     select(*_SCOPE_COLUMNS, _scopes.c.cleared_at, _scopes.c.purged_revision)
     .where(_SCOPE_MATCH)
     .with_for_update()
+)
+# PostgreSQL's SET LOCAL, as one statement that takes bind parameters: both end with the transaction.
+WRITE_TIMEOUTS = select(
+    func.set_config("lock_timeout", bindparam("lock_timeout"), true()),
+    func.set_config("statement_timeout", bindparam("statement_timeout"), true()),
 )
 MARK_CLEARED = (
     update(_scopes)
@@ -99,8 +105,10 @@ LOAD_QUERY = union_all(
 SECTIONS_QUERY = select(
     _sections.c.section, _sections.c.summary, _sections.c.updated_at, _sections.c.revision, _sections.c.extra
 ).where(_sections.c.scope_id == bindparam("scope_id"))
-# Live rows plus the tombstones of ids the document mentions: never the whole tombstone history.
-FACTS_QUERY = select(
+MAX_BOUND_IDS = 900
+"""Ids bound into one ``IN`` list. Every SQLite build allows 999 variables per statement (newer ones
+32,766 or 250,000) and PostgreSQL 65,535; a document may name any number of facts."""
+_STORED_FACT = select(
     _facts.c.id,
     _facts.c.fact_id,
     _facts.c.position,
@@ -114,12 +122,15 @@ FACTS_QUERY = select(
     _facts.c.added_revision,
     _facts.c.updated_revision,
     _facts.c.deleted_revision,
-).where(
-    _facts.c.scope_id == bindparam("scope_id"),
-    or_(
-        _facts.c.deleted_revision.is_(None),
-        _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True)),
-    ),
+)
+_NAMED = _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True))
+# Live rows plus the tombstones of ids the document mentions: never the whole tombstone history.
+# At most MAX_BOUND_IDS ids each: TOMBSTONES_QUERY reads the tombstones of the ids beyond them.
+FACTS_QUERY = _STORED_FACT.where(
+    _facts.c.scope_id == bindparam("scope_id"), or_(_facts.c.deleted_revision.is_(None), _NAMED)
+)
+TOMBSTONES_QUERY = _STORED_FACT.where(
+    _facts.c.scope_id == bindparam("scope_id"), _facts.c.deleted_revision.is_not(None), _NAMED
 )
 
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +14,7 @@ from sqlalchemy import Connection, insert
 from memstore.document import as_utc, new_fact_id
 from memstore.scope import Scope
 from memstore.storage.sql import maintenance
-from memstore.storage.sql.cache import AnyRow, CacheEntry, stamp_of
+from memstore.storage.sql.cache import AnyRow, CacheEntry, incarnation, stamp_of
 from memstore.storage.sql.codec import FactValues, IncomingDocument, SectionValues, json_object
 from memstore.storage.sql.merge import MergePlan, StoredFact, StoredSection, plan_merge
 from memstore.storage.sql.models import sections_table
@@ -22,9 +23,11 @@ from memstore.storage.sql.statements import (
     FACTS_QUERY,
     INSERT_FACTS,
     INSERT_HISTORY,
+    MAX_BOUND_IDS,
     MOVE_FACT,
     SECTIONS_QUERY,
     TOMBSTONE_FACTS,
+    TOMBSTONES_QUERY,
     UPDATE_FACT,
     UPDATE_SECTION,
 )
@@ -41,6 +44,10 @@ def late_write(
 ) -> str | None:
     """Why this save must not land (it would bring back erased or purged memory), or None."""
     revision = incoming.revision
+    if incoming.incarnation is not None and incoming.incarnation != incarnation(
+        stamp_of(scope_row, scope_row.revision)
+    ):
+        return f"the document was loaded at revision {revision}, before the scope was erased"
     if revision is not None and revision > scope_row.revision:
         if created:
             return f"the document was loaded at revision {revision} but the scope was erased since"
@@ -84,6 +91,9 @@ def plan_save(
         for row in conn.execute(SECTIONS_QUERY, {"scope_id": scope_id})
     }
     fact_ids = [fact.values.fact_id for fact in incoming.facts or ()]
+    rows = list(conn.execute(FACTS_QUERY, {"scope_id": scope_id, "fact_ids": fact_ids[:MAX_BOUND_IDS]}))
+    for ids in _chunks(fact_ids[MAX_BOUND_IDS:]):
+        rows.extend(conn.execute(TOMBSTONES_QUERY, {"scope_id": scope_id, "fact_ids": ids}))
     facts = [
         StoredFact(
             row_id=row.id,
@@ -93,7 +103,7 @@ def plan_save(
             updated_revision=row.updated_revision,
             deleted_revision=row.deleted_revision,
         )
-        for row in conn.execute(FACTS_QUERY, {"scope_id": scope_id, "fact_ids": fact_ids})
+        for row in rows
     ]
     return plan_merge(
         incoming,
@@ -109,10 +119,9 @@ def plan_save(
 def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, origin: str) -> None:
     """Write the plan: tombstones first, so a re-added content key never meets its old live row."""
     revision = plan.revision
-    if plan.tombstones:
+    for ids in _chunks(plan.tombstones):
         conn.execute(
-            TOMBSTONE_FACTS,
-            {"b_scope_id": scope_id, "b_fact_ids": plan.tombstones, "b_revision": revision, "b_now": now},
+            TOMBSTONE_FACTS, {"b_scope_id": scope_id, "b_fact_ids": ids, "b_revision": revision, "b_now": now}
         )
     if plan.updates:
         conn.execute(UPDATE_FACT, [_fact_row(scope_id, v, pos, revision) for v, pos in plan.updates])
@@ -187,6 +196,12 @@ def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, 
                 for change in plan.changes
             ],
         )
+
+
+def _chunks(ids: list[str]) -> Iterator[list[str]]:
+    """``ids`` in slices small enough to bind into one statement (``MAX_BOUND_IDS``)."""
+    for start in range(0, len(ids), MAX_BOUND_IDS):
+        yield ids[start : start + MAX_BOUND_IDS]
 
 
 def _columns(values: FactValues) -> dict[str, Any]:
