@@ -2,8 +2,9 @@
 
 Layout: ``User Context:`` and ``History:`` summaries first, then a single ``Facts:`` block. Facts
 are ranked by confidence; guaranteed categories (corrections by default) are placed first from
-a budget of their own so a long tail of ordinary facts can never crowd them out. A fact line that
-does not fit the budget left is skipped, not a reason to stop (see ``_select_lines``).
+a budget of their own so a long tail of ordinary facts can never crowd them out. Lines are taken
+in rank order until one does not fit; a line bigger than the whole budget is skipped rather than
+ending the block (see ``_select_lines``).
 
 The memory block is presented to the model as user-managed data, so every user-influenced
 string goes through :func:`memstore.inject.escaping.inline_text`: HTML-escaped (``<``/``>``/``&``
@@ -41,6 +42,10 @@ _SUMMARY_GROUPS: tuple[tuple[str, str, tuple[tuple[str, str], ...]], ...] = (
 _SECTION_SEPARATOR = "\n\n"
 _FACTS_HEADER = "Facts:\n"
 _TRUNCATION_MARK = "\n..."
+
+_MAX_CHARS_PER_TOKEN = 128
+"""No cl100k_base token is longer than 128 bytes, and the estimate counts a token per 4 characters,
+so a line longer than 128 characters per token of budget cannot fit under either count."""
 
 _UNRANKED_CONFIDENCE = 0.0
 """Confidence given to facts whose stored value is missing, null, boolean, non-numeric or non-finite.
@@ -97,23 +102,27 @@ def _fact_line(fact: Mapping[Any, Any]) -> str:
 def _select_lines(
     facts: Iterable[Mapping[Any, Any]], budget: int, use_tiktoken: bool
 ) -> tuple[list[str], int]:
-    """Take fact lines in rank order, skipping each line that does not fit what is left.
+    """Take fact lines in rank order until one does not fit, skipping lines that never could.
 
-    Budget is spent greedily in rank order, so a fact is never left out for a lower-ranked one:
-    a lower line only uses what remained after every higher line was considered. Stopping at the
-    first line that does not fit (the reference's rule) let one oversized fact, say 1 MB at
-    confidence 1.0, empty the block while short facts below it would all have fit.
+    Stopping (rather than skipping to a shorter line) keeps the ranking strict: a low-confidence
+    fact never displaces a higher one just because it is short, and a request renders only
+    about as many lines as it injects. A line bigger than the whole ``budget`` is skipped
+    instead: nothing before it keeps it out, and stopping there let one 1 MB fact at confidence
+    1.0 empty the block while shorter facts would have fit. A line over
+    ``_MAX_CHARS_PER_TOKEN`` characters per token of budget is skipped without being counted.
     """
     lines: list[str] = []
     used = 0
     for fact in facts:
-        if used >= budget:
-            break
         line = _fact_line(fact)
+        if len(line) > _MAX_CHARS_PER_TOKEN * (budget + 1):
+            continue
         cost = count_tokens("\n" + line if lines else line, use_tiktoken=use_tiktoken)
         if used + cost <= budget:
             lines.append(line)
             used += cost
+        elif count_tokens(line, use_tiktoken=use_tiktoken) <= budget:
+            break
     return lines, used
 
 
