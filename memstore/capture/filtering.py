@@ -3,6 +3,12 @@
 Memory is built from what the user said and the answers they saw. Tool chatter, system prompts
 and framework-injected hidden messages (including the injected ``<memory>`` block itself) are
 left out: feeding them back would let memory re-extract itself on every turn.
+
+Everything here runs on the request path over text users paste, so it is linear in the input
+and bounded: only the newest ``MAX_SCANNED_CONVERSATION_CHARS`` of a thread, and the first
+``MAX_SCANNED_MESSAGE_CHARS`` of a message, are read. Both are generous multiples of what the
+queue keeps (8,000 characters a message, 64,000 a conversation), so they only cut what would be
+cut later anyway, unless upload blocks alone fill the difference.
 """
 
 from __future__ import annotations
@@ -19,7 +25,44 @@ from memstore.capture.message_access import (
     with_content,
 )
 
-UPLOAD_BLOCK_RE = re.compile(r"<uploaded_files>[\s\S]*?</uploaded_files>\n*", re.IGNORECASE)
+MAX_SCANNED_MESSAGE_CHARS = 64_000
+MAX_SCANNED_CONVERSATION_CHARS = 256_000
+
+_UPLOAD_OPEN = re.compile(r"<uploaded_files>", re.IGNORECASE)
+_UPLOAD_CLOSE = re.compile(r"</uploaded_files>\n*", re.IGNORECASE)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def strip_upload_blocks(text: str) -> str:
+    """``text`` without ``<uploaded_files>...</uploaded_files>`` blocks and the newlines after them.
+
+    The same result as the reference's ``re.sub(r"<uploaded_files>[\\s\\S]*?</uploaded_files>\\n*",
+    "", text, flags=IGNORECASE)``, in one pass: that pattern rescans to the end of the text from
+    every unclosed tag, so a message of repeated open tags cost quadratic time (28 s at 320 KB).
+    An open tag without a close after it ends the scan, because no later tag can have one either.
+    Text without a complete block is returned as it is.
+    """
+    pieces: list[str] = []
+    position = 0
+    while (opening := _UPLOAD_OPEN.search(text, position)) is not None:
+        closing = _UPLOAD_CLOSE.search(text, opening.end())
+        if closing is None:
+            break
+        pieces.append(text[position : opening.start()])
+        position = closing.end()
+    if not pieces:
+        return text
+    pieces.append(text[position:])
+    return "".join(pieces)
+
+
+def encodable_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, so it can be sent and stored as UTF-8.
+
+    One broken character (a bad client, a cut emoji) must not cost the whole conversation's
+    update: the request to the LLM and the database both refuse unencodable text.
+    """
+    return _SURROGATE.sub("\ufffd", text)
 
 
 def _non_blank(value: object) -> bool:
@@ -55,20 +98,27 @@ def filter_messages_for_memory(messages: Iterable[Any]) -> list[Any]:
 
     ``<uploaded_files>`` blocks are stripped (the files will not exist in a later session). A
     turn that was only an upload is dropped together with the AI reply that answers it. Kept
-    messages are the originals, except stripped human turns, which are shallow copies.
+    messages are the originals, except stripped or cut human turns, which are shallow copies.
+    Only the window described in the module docstring is read.
     """
+    window = bound_conversation(
+        list(messages),
+        max_message_chars=MAX_SCANNED_MESSAGE_CHARS,
+        max_total_chars=MAX_SCANNED_CONVERSATION_CHARS,
+    )
     kept: list[Any] = []
     skip_next_answer = False
-    for message in messages:
+    for message in window:
         kind = message_type(message)
         if kind == "human":
             if _is_hidden(message):
                 continue
             text = message_text(message)
-            if UPLOAD_BLOCK_RE.search(text) is None:
+            remaining = strip_upload_blocks(text)
+            if remaining == text:
                 kept.append(message)
             else:
-                remaining = UPLOAD_BLOCK_RE.sub("", text).strip()
+                remaining = remaining.strip()
                 if not remaining:
                     skip_next_answer = True
                     continue
@@ -108,15 +158,17 @@ def memory_turns(messages: Iterable[Any]) -> Iterator[tuple[str, str]]:
     """``(kind, text)`` of each human or AI turn with something to learn from, in order.
 
     Upload blocks are stripped from human turns (the files will not outlive the thread), text is
-    stripped, and turns left empty are skipped. Both extractors read conversations through this.
+    stripped, and turns left empty are skipped. Both extractors read conversations through this,
+    so it is also where a turn is made safe to send and store: only its first
+    ``MAX_SCANNED_MESSAGE_CHARS`` are read and lone surrogates become U+FFFD.
     """
     for message in messages:
         kind = message_type(message)
         if kind not in ("human", "ai"):
             continue
-        text = message_text(message)
+        text = encodable_text(message_text(message)[:MAX_SCANNED_MESSAGE_CHARS])
         if kind == "human":
-            text = UPLOAD_BLOCK_RE.sub("", text)
+            text = strip_upload_blocks(text)
         text = text.strip()
         if text:
             yield kind, text

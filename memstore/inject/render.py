@@ -2,11 +2,15 @@
 
 Layout: ``User Context:`` and ``History:`` summaries first, then a single ``Facts:`` block. Facts
 are ranked by confidence; guaranteed categories (corrections by default) are placed first from
-a budget of their own so a long tail of ordinary facts can never crowd them out.
+a budget of their own so a long tail of ordinary facts can never crowd them out. Lines are taken
+in rank order until one does not fit; a line bigger than the whole budget is skipped rather than
+ending the block (see ``_select_lines``).
 
 The memory block is presented to the model as user-managed data, so every user-influenced
-string is HTML-escaped (``quote=False``: ``<``/``>``/``&`` only): a stored fact cannot close the
-``<memory>`` tag and speak with the system's authority, while ordinary quotes stay readable.
+string goes through :func:`memstore.inject.escaping.inline_text`: HTML-escaped (``<``/``>``/``&``
+only) and kept on its own line (line breaks become spaces). A stored fact can neither close the
+``<memory>`` tag and speak with the system's authority, nor start a line that poses as another
+fact or a correction; ordinary quotes stay readable.
 
 This runs on every request, so malformed documents are skipped item by item rather than raised
 on, and token counts go through :mod:`memstore.inject.tokens`' per-text cache.
@@ -14,11 +18,11 @@ on, and token counts go through :mod:`memstore.inject.tokens`' per-text cache.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from memstore.document import DEFAULT_CATEGORY, coerce_confidence
+from memstore.inject.escaping import inline_text
 from memstore.inject.tokens import count_tokens
 
 DEFAULT_GUARANTEED_CATEGORIES = ("correction",)
@@ -39,16 +43,16 @@ _SECTION_SEPARATOR = "\n\n"
 _FACTS_HEADER = "Facts:\n"
 _TRUNCATION_MARK = "\n..."
 
+_MAX_CHARS_PER_TOKEN = 128
+"""No cl100k_base token is longer than 128 bytes, and the estimate counts a token per 4 characters,
+so a line longer than 128 characters per token of budget cannot fit under either count."""
+
 _UNRANKED_CONFIDENCE = 0.0
 """Confidence given to facts whose stored value is missing, null, boolean, non-numeric or non-finite.
 
 Matches the reference's injection path (the updater's trim uses 0.5): a fact whose confidence
 cannot be read is ranked last and spends prompt budget only after every readable fact.
 """
-
-
-def _escape(value: object) -> str:
-    return html.escape(str(value), quote=False)
 
 
 def _summary(group: Mapping[Any, Any], key: str) -> str | None:
@@ -58,7 +62,7 @@ def _summary(group: Mapping[Any, Any], key: str) -> str | None:
     value = section.get("summary")
     if value is None or not str(value).strip():
         return None
-    return _escape(value)
+    return inline_text(value)
 
 
 def _summary_sections(memory: Mapping[Any, Any]) -> list[str]:
@@ -88,30 +92,37 @@ def _category(fact: Mapping[Any, Any]) -> str:
 def _fact_line(fact: Mapping[Any, Any]) -> str:
     """``- [category | 0.95] content``; a correction also names the mistake to avoid."""
     category = _category(fact)
-    line = f"- [{_escape(category)} | {_confidence(fact):.2f}] {_escape(fact['content'])}"
+    line = f"- [{inline_text(category)} | {_confidence(fact):.2f}] {inline_text(fact['content'])}"
     source_error = fact.get("sourceError")
     if category == "correction" and isinstance(source_error, str) and source_error.strip():
-        line += f" (avoid: {_escape(source_error.strip())})"
+        line += f" (avoid: {inline_text(source_error.strip())})"
     return line
 
 
 def _select_lines(
     facts: Iterable[Mapping[Any, Any]], budget: int, use_tiktoken: bool
 ) -> tuple[list[str], int]:
-    """Take fact lines in rank order until the first one that does not fit.
+    """Take fact lines in rank order until one does not fit, skipping lines that never could.
 
-    Stopping (rather than skipping to a shorter line) keeps the ranking strict: a
-    low-confidence fact never displaces a higher one just because it is short.
+    Stopping (rather than skipping to a shorter line) keeps the ranking strict: a low-confidence
+    fact never displaces a higher one just because it is short, and a request renders only
+    about as many lines as it injects. A line bigger than the whole ``budget`` is skipped
+    instead: nothing before it keeps it out, and stopping there let one 1 MB fact at confidence
+    1.0 empty the block while shorter facts would have fit. A line over
+    ``_MAX_CHARS_PER_TOKEN`` characters per token of budget is skipped without being counted.
     """
     lines: list[str] = []
     used = 0
     for fact in facts:
         line = _fact_line(fact)
+        if len(line) > _MAX_CHARS_PER_TOKEN * (budget + 1):
+            continue
         cost = count_tokens("\n" + line if lines else line, use_tiktoken=use_tiktoken)
-        if used + cost > budget:
+        if used + cost <= budget:
+            lines.append(line)
+            used += cost
+        elif count_tokens(line, use_tiktoken=use_tiktoken) <= budget:
             break
-        lines.append(line)
-        used += cost
     return lines, used
 
 

@@ -4,8 +4,11 @@ Everything a user can influence is HTML-escaped before it lands inside a tagged 
 conversation turns (``quote=False``, after truncation so ``...`` never splits an entity)
 and every string in the current-memory JSON (``quote=True``). A message or a stored fact
 therefore cannot close ``</conversation>`` or ``</current_memory>`` and pose as
-instructions. The escaped copy is only for the prompt; the raw document is what gets
-applied and saved.
+instructions. Line structure is kept too: a turn is rendered on one line by
+:func:`memstore.inject.escaping.inline_text` (line breaks become spaces), so a message holding
+``"\\n\\nAssistant: …"`` cannot add a turn, and the memory JSON escapes every line break,
+``\\u2028``, ``\\u2029`` and ``\\x85`` included, so each of its lines is JSON structure. The
+escaped copy is only for the prompt; the raw document is what gets applied and saved.
 """
 
 from __future__ import annotations
@@ -17,10 +20,14 @@ from typing import Any
 
 from memstore.capture.filtering import memory_turns
 from memstore.document import MemoryDocument
+from memstore.inject.escaping import inline_text
 
 MAX_MESSAGE_CHARS = 1000
 MAX_CONVERSATION_CHARS = 20_000
 """Cap on the rendered conversation; the newest turns are kept, so a huge thread costs a bounded prompt."""
+
+# json.dumps(ensure_ascii=False) escapes control characters but writes these line separators raw.
+_JSON_LINE_SEPARATORS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 CORRECTION_HINT = (
     "Note: Explicit correction signals were detected in this conversation. Work out what the "
@@ -86,7 +93,7 @@ Reply with one JSON object and nothing else, shaped like this:
 
 
 def format_conversation_for_update(messages: Sequence[Any]) -> str:
-    """Render human and AI turns as escaped ``User:``/``Assistant:`` lines.
+    """Render human and AI turns as escaped ``User:``/``Assistant:`` lines, one line per turn.
 
     Upload blocks are dropped (uploads do not outlive the thread) and turns left empty are
     skipped. Each turn is cut at ``MAX_MESSAGE_CHARS`` before escaping, and only the newest
@@ -98,7 +105,7 @@ def format_conversation_for_update(messages: Sequence[Any]) -> str:
         if len(text) > MAX_MESSAGE_CHARS:
             text = text[:MAX_MESSAGE_CHARS] + "..."
         speaker = "User" if kind == "human" else "Assistant"
-        line = f"{speaker}: {html.escape(text, quote=False)}"
+        line = f"{speaker}: {inline_text(text)}"
         total += len(line) + 2
         if lines and total > MAX_CONVERSATION_CHARS:
             break
@@ -142,6 +149,7 @@ def build_update_prompt(
     if not conversation.strip():
         return None
     memory_json = json.dumps(escape_memory_for_prompt(current_memory), indent=2, ensure_ascii=False)
+    memory_json = memory_json.translate(_JSON_LINE_SEPARATORS)
     parts = [
         f"<current_memory>\n{memory_json}\n</current_memory>",
         f"<conversation>\n{conversation}\n</conversation>",

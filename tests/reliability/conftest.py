@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from memstore.config import MemoryConfig, set_memory_config
+from memstore.config import FILE_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.queue import reset_memory_queue
 from memstore.storage.loader import reset_memory_storage
 from tests.support.openai_server import OpenAIStubServer
@@ -60,3 +61,17 @@ def _no_process_queue() -> Iterator[None]:
     reset_memory_queue()
     yield
     reset_memory_queue()
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgres", id="postgresql", marks=pytest.mark.postgres),
+        pytest.param("file", id="file"),
+    ]
+)
+def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Any]:
+    """Config values for a fresh store, once per provider, to pass to ``configure``."""
+    if request.param == "file":
+        return {"storage_class": FILE_STORAGE_CLASS, "data_dir": str(tmp_path / "files")}
+    return {"database_url": str(request.getfixturevalue(f"{request.param}_url"))}

@@ -177,10 +177,40 @@ class TestBudget:
         assert chars(one) <= budget < chars(two)
         assert fact_lines(fmt(doc(first, second), budget)) == fact_lines(one)
 
-    def test_stops_at_the_first_fact_that_does_not_fit(self) -> None:
+    def test_a_fact_that_can_never_fit_does_not_empty_the_block(self) -> None:
+        # Issue 13 item 5 changed this rule: it used to stop here and inject nothing at all.
         long_high = fact("x" * 400, confidence=0.99)
         short_low = fact("short", confidence=0.1)
-        assert fmt(doc(long_high, short_low), 70) == ""
+        assert fmt(doc(long_high, short_low), 70) == "Facts:\n- [knowledge | 0.10] short"
+
+    @pytest.mark.parametrize("use_tiktoken", [False, True], ids=["char", "tiktoken"])
+    def test_an_oversized_fact_is_skipped_and_the_rest_still_injected(self, use_tiktoken: bool) -> None:
+        """Issue 13 item 5: one 1 MB fact at confidence 1.0 used to leave the block empty."""
+        small = [fact(f"small fact {i}", confidence=0.9 - i / 100) for i in range(5)]
+        memory = doc(fact("x" * 1_000_000, confidence=1.0), *small)
+        lines = fact_lines(fmt(memory, use_tiktoken=use_tiktoken))
+        assert lines == [f"- [knowledge | {0.9 - i / 100:.2f}] small fact {i}" for i in range(5)]
+
+    def test_a_fact_bigger_than_the_budget_is_skipped_between_fitting_ones(self) -> None:
+        memory = doc(
+            fact("first", confidence=0.9), fact("y" * 2_000, confidence=0.8), fact("third", confidence=0.7)
+        )
+        assert fact_lines(fmt(memory, 100)) == ["- [knowledge | 0.90] first", "- [knowledge | 0.70] third"]
+
+    def test_a_fact_that_fits_alone_still_ends_the_block(self) -> None:
+        first, second = fact("A" * 40, confidence=0.9), fact("B" * 40, confidence=0.8)
+        budget = (chars(fmt(doc(first))) + chars(fmt(doc(first, second)))) // 2
+        short = fact("c", confidence=0.7)
+        assert fact_lines(fmt(doc(first, second, short), budget)) == fact_lines(fmt(doc(first)))
+
+    def test_an_oversized_correction_is_skipped_within_the_corrections_budget(self) -> None:
+        memory = doc(
+            fact("z" * 5_000, "correction", 1.0),
+            fact("Use uv", "correction", 0.9),
+            fact("regular", "knowledge", 0.8),
+        )
+        text = fmt(memory, 200, guaranteed_token_budget=100)
+        assert fact_lines(text) == ["- [correction | 0.90] Use uv", "- [knowledge | 0.80] regular"]
 
     def test_regular_budget_is_charged_for_summaries(self) -> None:
         facts = [fact(f"fact number {i:03d} " + "y" * 30) for i in range(50)]

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from memstore.capture.filtering import filter_messages_for_memory
+from memstore.capture.filtering import (
+    MAX_SCANNED_CONVERSATION_CHARS,
+    MAX_SCANNED_MESSAGE_CHARS,
+    filter_messages_for_memory,
+    memory_turns,
+    strip_upload_blocks,
+)
 from memstore.capture.signals import detect_correction, detect_reinforcement
+from memstore.queue.debounced import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS
 
 UPLOAD_BLOCK = "<uploaded_files>\n- report.pdf (/mnt/user-data/uploads/report.pdf)\n</uploaded_files>\n"
 
@@ -292,3 +302,49 @@ class TestDetectReinforcement:
 
     def test_handles_openai_dicts(self) -> None:
         assert detect_reinforcement([{"role": "user", "content": "Exactly right"}]) is True
+
+
+# The reference's pattern; strip_upload_blocks must give the same result in linear time.
+REFERENCE_UPLOAD_BLOCK = re.compile(r"<uploaded_files>[\s\S]*?</uploaded_files>\n*", re.IGNORECASE)
+upload_texts = st.lists(
+    st.sampled_from(
+        ["<uploaded_files>", "</uploaded_files>", "<UPLOADED_FILES>", "</Uploaded_Files>", "\n", "a b"]
+    )
+    | st.text(max_size=4),
+    max_size=12,
+).map("".join)
+
+
+class TestUploadBlocks:
+    @settings(max_examples=500, deadline=None, derandomize=True)
+    @given(upload_texts)
+    def test_same_result_as_the_reference_pattern(self, text: str) -> None:
+        assert strip_upload_blocks(text) == REFERENCE_UPLOAD_BLOCK.sub("", text)
+
+    def test_an_unclosed_tag_before_a_block_does_not_hide_it(self) -> None:
+        text = "<uploaded_files>a <uploaded_files>b</uploaded_files>\n\nQuestion"
+        assert strip_upload_blocks(text) == "Question"
+
+    def test_an_open_tag_without_a_close_is_kept(self) -> None:
+        text = "Q <uploaded_files>x </uploaded_files> and <uploaded_files> unclosed"
+        assert strip_upload_blocks(text) == "Q  and <uploaded_files> unclosed"
+
+
+class TestScanWindow:
+    def test_the_window_is_wider_than_what_the_queue_keeps(self) -> None:
+        assert MAX_SCANNED_MESSAGE_CHARS >= 4 * MAX_QUEUED_MESSAGE_CHARS
+        assert MAX_SCANNED_CONVERSATION_CHARS >= 4 * MAX_QUEUED_CONVERSATION_CHARS
+
+    def test_a_huge_message_is_read_only_up_to_the_window(self) -> None:
+        kept = filter_messages_for_memory([human("Q " + "x" * (2 * MAX_SCANNED_MESSAGE_CHARS)), ai("ok")])
+        assert len(kept[0].content) == MAX_SCANNED_MESSAGE_CHARS and kept[0].content.startswith("Q x")
+
+    def test_only_the_newest_turns_of_a_huge_thread_are_read(self) -> None:
+        turn_chars = MAX_SCANNED_CONVERSATION_CHARS // 10
+        thread = [human(f"turn {n} " + "y" * turn_chars) for n in range(30)]
+        kept = filter_messages_for_memory(thread)
+        assert 0 < len(kept) <= 10 and kept[-1] is thread[-1]
+
+    def test_memory_turns_replace_lone_surrogates(self) -> None:
+        turns = list(memory_turns([human("tea \ud83d cake"), ai("ok \udfff")]))
+        assert turns == [("human", "tea \ufffd cake"), ("ai", "ok \ufffd")]

@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument, create_empty_memory
@@ -280,3 +282,33 @@ class TestStripUploadMentions:
         result = apply_updates(memory, update(), thread_id="t", config=CONFIG)
         assert result["facts"] == []
         assert result["history"]["recentMonths"]["summary"] == "Works on memstore."
+
+
+# The reference's sentence pattern; strip_upload_mentions must scrub exactly what it matches.
+REFERENCE_UPLOAD_SENTENCE = re.compile(
+    r"[^.!?]*\b(?:upload(?:ed|ing)?(?:\s+\w+){0,3}\s+(?:file|files?|document|documents?|attachment|attachments?)"
+    r"|file\s+upload|/mnt/user-data/uploads/|<uploaded_files>)[^.!?]*[.!?]?\s*",
+    re.IGNORECASE,
+)
+upload_prose = st.lists(
+    st.sampled_from(
+        ["upload", "uploaded", "Uploading", "file", "files", "documents", "attachment", "file upload",
+         "/mnt/user-data/uploads/", "<uploaded_files>", "x", "a b", " ", "  ", "\n", ".", "!", "?",
+         "x.y", "_"]
+    )
+    | st.text(max_size=3),
+    max_size=14,
+).map("".join)  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(upload_prose)
+def test_upload_scrubbing_matches_the_reference_pattern(text: str) -> None:
+    memory = create_empty_memory()
+    memory["user"]["topOfMind"]["summary"] = text
+    memory["facts"] = [stored("a", text)]
+    scrubbed = strip_upload_mentions(memory)
+    assert scrubbed["user"]["topOfMind"]["summary"] == re.sub(
+        r"  +", " ", REFERENCE_UPLOAD_SENTENCE.sub("", text).strip()
+    )
+    assert bool(scrubbed["facts"]) == (REFERENCE_UPLOAD_SENTENCE.search(text) is None)
