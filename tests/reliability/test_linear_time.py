@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 
-from memstore.capture.conversation import capture_conversation
+from memstore.capture.conversation import ConversationContext, capture_conversation
 from memstore.capture.filtering import strip_upload_blocks
 from memstore.document import MAX_SUMMARY_CHARS, create_empty_memory
 from memstore.update.apply import strip_upload_mentions
+from memstore.update.extractor import RulesExtractor
 from memstore.update.prompt import format_conversation_for_update
 from memstore.update.updater import MemoryUpdater
 from tests.reliability.conftest import Record, configure, llm_settings
@@ -186,3 +187,25 @@ def time_once(work: Callable[[int], object], size: int) -> float:
     start = time.perf_counter()
     work(size)
     return time.perf_counter() - start
+
+
+@pytest.mark.parametrize(
+    "make_text",
+    [
+        pytest.param(lambda n: "I like" + " " * n + "tea.", id="whitespace-run"),
+        pytest.param(lambda n: "That is wrong, " + repeated("use ", n) + " instead.", id="lazy-correction"),
+        pytest.param(lambda n: "That is wrong " + repeated("don't use x ", n), id="repeated-correction"),
+        pytest.param(lambda n: repeated("I work at Acme and prefer tea, ", n), id="many-clauses"),
+    ],
+)
+def test_the_rules_extractor_costs_linear_time(make_text: Callable[[int], str], record: Record) -> None:
+    # The offline extractor is the default without an LLM; its clause and correction patterns were
+    # polynomial on whitespace runs and repeated words (1,500 spaces: 43.6 s of CPU).
+    extractor = RulesExtractor()
+    sizes = [KB // 2, KB, 2 * KB, 4 * KB, 8 * KB]
+    timings = assert_linear_sweep(
+        make_text,
+        lambda text: extractor.extract(ConversationContext("t", conversation(text)), create_empty_memory()),
+        sizes,
+    )
+    record(input="rules extractor", seconds=timings, lost=0)
