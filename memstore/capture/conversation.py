@@ -9,23 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypedDict, Unpack
+from typing import Any
 
 from memstore.capture.filtering import filter_messages_for_memory
 from memstore.capture.message_access import message_type
 from memstore.capture.signals import detect_correction, detect_reinforcement
 
 ConversationKey = tuple[str, str | None, str | None]
-
-
-class ConversationFields(TypedDict, total=False):
-    """The reference's keyword arguments describing one conversation (``update_memory(...)``)."""
-
-    thread_id: str | None
-    agent_name: str | None
-    user_id: str | None
-    correction_detected: bool
-    reinforcement_detected: bool
 
 
 @dataclass
@@ -45,18 +35,6 @@ class ConversationContext:
     """Queue bookkeeping: processing attempts that ended in a storage outage."""
     not_before: float = 0.0
     """Queue bookkeeping: ``time.monotonic()`` before which a retry is not processed again."""
-
-    @classmethod
-    def of(cls, messages: Iterable[Any], **fields: Unpack[ConversationFields]) -> ConversationContext:
-        """A context captured now from the reference's keyword arguments."""
-        return cls(
-            fields.get("thread_id") or "",
-            list(messages),
-            agent_name=fields.get("agent_name"),
-            user_id=fields.get("user_id"),
-            correction_detected=fields.get("correction_detected", False),
-            reinforcement_detected=fields.get("reinforcement_detected", False),
-        )
 
     @property
     def key(self) -> ConversationKey:

@@ -17,9 +17,10 @@ import logging
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Unpack
+from datetime import datetime
+from typing import Any
 
-from memstore.capture.conversation import ConversationContext, ConversationFields
+from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import MemstoreError, SchemaNotReadyError, StorageUnavailableError
 from memstore.storage.loader import get_memory_storage
@@ -80,9 +81,27 @@ class MemoryUpdater:
             )
             return False
 
-    def update_memory(self, messages: Sequence[Any], **fields: Unpack[ConversationFields]) -> bool:
-        """The reference's call shape: ``update`` for a conversation captured now."""
-        return self.update(ConversationContext.of(messages, **fields))
+    def update_memory(
+        self,
+        messages: Sequence[Any],
+        thread_id: str | None = None,
+        agent_name: str | None = None,
+        correction_detected: bool = False,
+        reinforcement_detected: bool = False,
+        user_id: str | None = None,
+        captured_at: datetime | None = None,
+    ) -> bool:
+        """The reference's call shape: ``update`` for one conversation, captured now by default.
+
+        ``captured_at`` (when the conversation was queued) lets the store refuse an update for a
+        scope erased or cleared after it.
+        """
+        context = ConversationContext(
+            thread_id or "", list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+        )
+        if captured_at is not None:
+            context.timestamp = captured_at
+        return self.update(context)
 
     def _update_sync(self, context: ConversationContext) -> bool:
         thread_id = context.thread_id
@@ -128,6 +147,15 @@ class MemoryUpdater:
             return False
 
 
-def update_memory_from_conversation(messages: Sequence[Any], **fields: Unpack[ConversationFields]) -> bool:
+def update_memory_from_conversation(
+    messages: Sequence[Any],
+    thread_id: str | None = None,
+    agent_name: str | None = None,
+    correction_detected: bool = False,
+    reinforcement_detected: bool = False,
+    user_id: str | None = None,
+) -> bool:
     """One-shot convenience (the reference's function): a ``MemoryUpdater`` with the global config."""
-    return MemoryUpdater().update_memory(messages, **fields)
+    return MemoryUpdater().update_memory(
+        messages, thread_id, agent_name, correction_detected, reinforcement_detected, user_id
+    )

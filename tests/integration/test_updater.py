@@ -8,14 +8,15 @@ import logging
 import re
 import threading
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
 import pytest
 
-from memstore.config import FILE_STORAGE_CLASS, MemoryConfig, set_memory_config
+from memstore.config import FILE_STORAGE_CLASS, SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
+from memstore.queries import erase_user
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.update.extractor import describe_extractor
@@ -440,3 +441,35 @@ class TestRulesPath:
         assert updater.update_memory(CONVERSATION, thread_id="t", user_id="alice") is True
         assert openai_server.requests == []
         assert len(get_memory_storage().reload(user_id="alice")["facts"]) == 2
+
+
+class TestReferenceCallShapes:
+    """``update_memory`` and ``update_memory_from_conversation`` keep the reference's signatures."""
+
+    MESSAGES: ClassVar[list[dict[str, str]]] = [
+        {"role": "user", "content": "I prefer tea."},
+        {"role": "assistant", "content": "Noted."},
+    ]
+
+    def test_positional_arguments_reach_the_right_scope(
+        self, isolated_config: MemoryConfig, sql_url: str
+    ) -> None:
+        configure(data_dir=isolated_config.data_dir, storage_class=SQL_STORAGE_CLASS, database_url=sql_url)
+        assert MemoryUpdater().update_memory(self.MESSAGES, "t-1", "coder", False, False, "alice") is True
+        assert update_memory_from_conversation(self.MESSAGES, "t-2", None, False, False, "bob") is True
+        storage = get_memory_storage()
+        assert [f["source"] for f in storage.reload("coder", user_id="alice")["facts"]] == ["t-1"]
+        assert [f["source"] for f in storage.reload(user_id="bob")["facts"]] == ["t-2"]
+        with pytest.raises(TypeError):
+            MemoryUpdater().update_memory(self.MESSAGES, userid="alice")  # type: ignore[call-arg]
+
+    def test_captured_at_before_an_erase_is_refused(
+        self, isolated_config: MemoryConfig, sql_url: str
+    ) -> None:
+        configure(data_dir=isolated_config.data_dir, storage_class=SQL_STORAGE_CLASS, database_url=sql_url)
+        captured = datetime.now(UTC)
+        assert MemoryUpdater().update_memory(self.MESSAGES, "t-1", user_id="alice") is True
+        erase_user("alice")
+        late = MemoryUpdater().update_memory(self.MESSAGES, "t-2", user_id="alice", captured_at=captured)
+        assert late is False
+        assert get_memory_storage().reload(user_id="alice")["facts"] == []
