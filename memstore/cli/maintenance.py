@@ -21,18 +21,24 @@ def erase(user_id: str, yes: bool, as_json: bool) -> None:
     """Delete every row of a user: all scopes, facts, summaries and audit history.
 
     Updates for the user still queued in running gateways are refused when they arrive (SQL
-    provider), so the memory does not come back. Exits with 4, erasing nothing, when nothing is
-    stored for the user.
+    provider), so the memory does not come back. Exits with 4 when nothing was stored for the
+    user (usually a mistyped id); the erasure is recorded all the same, for updates still queued.
     """
     if not yes:
         if not sys.stdin.isatty():
             raise click.UsageError("refusing to erase without --yes when not run from a terminal")
         click.confirm(f"Erase all memory of user {user_id!r}? This cannot be undone", abort=True)
-    if not list_scopes(user_id):
-        # A typo in a person's erasure request must not pass as done, nor leave an erasure record.
-        click.echo(f"nothing is stored for user {user_id!r}: nothing was erased (check the id)", err=True)
-        raise SystemExit(EXIT_NOTHING_MATCHED)
+    stored = bool(list_scopes(user_id))
     counts = erase_user(user_id)
+    if not stored:
+        # A typo in a person's erasure request must not pass as done. The erasure is still
+        # recorded: the user's first conversations may be queued and must not land after it.
+        click.echo(
+            f"nothing was stored for user {user_id!r} (check the id); updates still queued for it "
+            "will be refused",
+            err=True,
+        )
+        raise SystemExit(EXIT_NOTHING_MATCHED)
     if as_json:
         echo_json({"user": user_id, "deleted": counts})
     else:
