@@ -87,12 +87,17 @@ def check_document(document: Mapping[str, Any]) -> None:
     Only the caps are checked here; the shape is the provider's business (the file provider keeps
     documents other tools wrote, the SQL provider refuses what it cannot map to rows).
     """
-    _check_values(document)
     facts = document.get("facts")
     if isinstance(facts, list):
         if len(facts) > MAX_DOCUMENT_FACTS:
             raise InvalidDocumentError(f"{len(facts)} facts, over the {MAX_DOCUMENT_FACTS} accepted")
         for index, fact in enumerate(facts):
+            content = fact.get("content") if isinstance(fact, dict) else None
+            if isinstance(fact, dict) and (
+                content is None or (isinstance(content, str) and not content.strip())
+            ):
+                # No provider keeps a fact without text; refused here it is a 422, not a failed save.
+                raise InvalidDocumentError(f"fact {index} has no text content")
             for key, cap in _FACT_TEXT_CAPS.items():
                 value = fact.get(key) if isinstance(fact, dict) else None
                 if isinstance(value, str) and len(value) > cap:
@@ -111,6 +116,7 @@ def check_document(document: Mapping[str, Any]) -> None:
                     f"{group}.{name}: summary is {len(summary)} characters, "
                     f"over the {MAX_SUMMARY_CHARS} accepted"
                 )
+    _check_values(document)
 
 
 def _checked_text(field: str, text: str, max_chars: int) -> str:
@@ -137,6 +143,12 @@ def _check_values(document: Mapping[str, Any]) -> None:
         elif isinstance(value, list):
             pending.extend((item, depth + 1) for item in value)
         elif isinstance(value, str):
+            if len(value) > MAX_SUMMARY_CHARS:
+                # Unknown keys ride along in every load and every update prompt: no text may be
+                # longer than the longest known field.
+                raise InvalidDocumentError(
+                    f"a text value is {len(value)} characters, over the {MAX_SUMMARY_CHARS} accepted"
+                )
             problem = unstorable(value)
             if problem is not None:
                 raise InvalidDocumentError(f"a text value {problem}")

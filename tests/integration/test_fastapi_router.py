@@ -372,3 +372,16 @@ def test_manual_categories_are_checked(client: TestClient) -> None:
     assert [
         (f["content"], f["category"]) for f in client.get("/api/memory", headers=ALICE).json()["facts"]
     ] == [("Likes tea", "preference")]
+
+
+def test_an_import_with_a_blank_fact_or_a_huge_unknown_key_is_422(client: TestClient) -> None:
+    # Review of issue 13: a blank fact reached the SQL codec and came back as 503 "try again later",
+    # and a 3,000,000-character unknown key was stored, then sent in every update prompt.
+    blank = create_empty_memory() | {"facts": [{"id": "fact_00000001", "content": "   "}]}
+    huge = create_empty_memory() | {
+        "facts": [{"id": "fact_00000001", "content": "ok", "notes": "n" * 3_000_000}]
+    }
+    for document in (blank, huge):
+        response = client.post("/api/memory/import", json=document, headers=ALICE)
+        assert response.status_code == 422, response.text[:300]
+    assert client.get("/api/memory", headers=ALICE).json()["facts"] == []
