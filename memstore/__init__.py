@@ -12,10 +12,14 @@ from memstore.document import MemoryDocument, create_empty_memory, utc_now_iso_z
 from memstore.errors import (
     ConfigError,
     DuplicateFactError,
+    FactEditConflictError,
     FactNotFoundError,
+    InvalidDocumentError,
     InvalidFactError,
     InvalidScopeError,
     MemstoreError,
+    QueryError,
+    StaleDocumentError,
     StorageUnavailableError,
     StorageWriteError,
 )
@@ -68,9 +72,13 @@ __all__ = [  # noqa: RUF022 - grouped by stage, not sorted
     "InvalidScopeError",
     "StorageUnavailableError",
     "StorageWriteError",
+    "StaleDocumentError",
     "FactNotFoundError",
     "DuplicateFactError",
+    "FactEditConflictError",
     "InvalidFactError",
+    "InvalidDocumentError",
+    "QueryError",
     # capture
     "ConversationContext",
     "filter_messages_for_memory",

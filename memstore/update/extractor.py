@@ -23,16 +23,12 @@ ExtractorName = Literal["llm", "rules"]
 
 
 class Extractor(Protocol):
-    name: ExtractorName
-
     def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
         """The update ``context`` calls for, or ``None`` when its conversation holds nothing to learn."""
         ...
 
 
 class LLMExtractor:
-    name: ExtractorName = "llm"
-
     def __init__(self, client: LLMClient) -> None:
         self._client = client
 
@@ -49,8 +45,6 @@ class LLMExtractor:
 
 
 class RulesExtractor:
-    name: ExtractorName = "rules"
-
     def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
         if next(memory_turns(context.messages), None) is None:
             return None
