@@ -75,3 +75,16 @@ def with_content(message: Any, content: str) -> Any:
     clone = copy.copy(message)
     clone.content = content
     return clone
+
+
+_TYPE_TO_ROLE = {"human": "user", "ai": "assistant"}
+
+
+def text_only(message: Any) -> dict[str, str]:
+    """``message`` as a plain ``{"role", "content"}`` dict holding only its text.
+
+    What a queued conversation keeps: after filtering, memory reads nothing but the type and the
+    text, and an image or a payload riding along in the original would escape every text bound.
+    """
+    kind = message_type(message)
+    return {"role": _TYPE_TO_ROLE.get(kind, kind), "content": message_text(message)}

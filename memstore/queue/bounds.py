@@ -4,6 +4,10 @@
 tenth of it (at least one), and no further, so a stream of "try again" turns cannot grow the
 queue without bound. ``max_queue_chars`` caps the characters of every conversation the queue
 holds, pending or in the batch being processed, whatever its flags: it is the memory bound.
+It holds because the queue keeps each conversation as text only, trimmed to its newest
+``MAX_QUEUED_CONVERSATION_CHARS``: no image or payload rides along uncounted. A turn past a bound
+is dropped with a warning (a newer turn of a queued conversation too: the older one stays).
+Admitted corrections are processed like any other turn; the reserve only decides admission.
 """
 
 from __future__ import annotations

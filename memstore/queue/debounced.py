@@ -17,14 +17,8 @@ goes back into the queue with exponential backoff (``update_retry_base_seconds``
 the same key that arrived meanwhile wins, because it carries the whole thread. Every other error
 is permanent (a bad LLM reply stays bad) and is never retried.
 
-The queue is bounded (``bounds.py``). Past ``max_queue_depth`` keys a new key is dropped with a
-warning, unless it carries a correction, the one signal too costly to lose: corrections may use
-a reserve of a tenth of the depth more, and are dropped too once that is full. Admitted
-corrections are then processed like any other turn, in arrival order; the reserve only decides
-admission. Each conversation is trimmed to its newest ``MAX_QUEUED_CONVERSATION_CHARS`` on the way
-in, and ``max_queue_chars`` caps the characters of everything queued or being processed, so
-memory has a bound whatever the flags or what users paste. A turn that would pass it is dropped
-(a newer turn of a queued conversation too: the older one stays queued).
+What the queue may hold, and which turns it drops when full, is ``bounds.py``'s: the depth, a
+correction reserve and a character cap. Each conversation is kept as text only (``text_only``).
 """
 
 from __future__ import annotations
@@ -36,6 +30,7 @@ from typing import Any
 
 from memstore.capture.conversation import ConversationContext, ConversationKey
 from memstore.capture.filtering import bound_conversation
+from memstore.capture.message_access import text_only
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import StorageUnavailableError
 from memstore.queue.bounds import QueueBudget, conversation_chars
@@ -221,11 +216,12 @@ class MemoryUpdateQueue:
         config = get_memory_config()
         if not config.enabled:
             return
-        context.messages = bound_conversation(
+        bounded = bound_conversation(
             context.messages,
             max_message_chars=MAX_QUEUED_MESSAGE_CHARS,
             max_total_chars=MAX_QUEUED_CONVERSATION_CHARS,
         )
+        context.messages = [text_only(message) for message in bounded]
         chars = conversation_chars(context.messages)
         with self._lock:
             if self._closed:

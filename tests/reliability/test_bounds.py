@@ -20,6 +20,7 @@ from memstore.update.prompt import MAX_CONVERSATION_CHARS
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import fact, prompt_conversation, update_reply
 from tests.support.openai_server import OpenAIStubServer
+from tests.support.recording_updater import RecordingUpdater
 
 TEN_MB = 10 * 1024 * 1024
 # System prompt, memory block and JSON framing on top of the conversation cap.
@@ -254,4 +255,29 @@ def test_the_batch_being_processed_counts_against_max_queue_chars(isolated_confi
     assert queue._budget.held == 0
     queue.add(thread_id="after", messages=long_thread(7), user_id="u")
     assert queue.pending_count == 1
+    queue.clear()
+
+
+def test_a_queued_conversation_holds_only_text(isolated_config: MemoryConfig) -> None:
+    # Review of issue 13 item 4: a "try again" turn carrying a 5 MB image counted as 11 characters
+    # against max_queue_chars while the queue kept the image.
+    configure(data_dir=isolated_config.data_dir, max_queue_depth=10)
+    queue = MemoryUpdateQueue(RecordingUpdater().factory, batch_interval_seconds=0.0)
+    set_memory_queue(queue)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 5_000_000}}
+    messages = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "try again"}, image],
+            "additional_kwargs": {"x": "y" * 100},
+        },
+        {"role": "assistant", "content": "Sorry, here it is."},
+    ]
+    MemoryMiddleware().after_agent(messages, thread_id="t", user_id="u0")
+    [pending] = queue._queue.values()
+    assert pending.messages == [
+        {"role": "user", "content": "try again"},
+        {"role": "assistant", "content": "Sorry, here it is."},
+    ]
+    assert len(repr(pending)) < 2_000
     queue.clear()
