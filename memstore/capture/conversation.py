@@ -14,8 +14,11 @@ from typing import Any
 from memstore.capture.filtering import filter_messages_for_memory
 from memstore.capture.message_access import message_type
 from memstore.capture.signals import detect_correction, detect_reinforcement
+from memstore.errors import InvalidScopeError
 
 ConversationKey = tuple[str, str | None, str | None]
+MAX_THREAD_ID_CHARS = 255
+"""As long as a fact's ``source`` column; a longer thread id is refused, never cut (ids would merge)."""
 
 
 @dataclass
@@ -35,6 +38,13 @@ class ConversationContext:
     """Queue bookkeeping: processing attempts that ended in a storage outage."""
     not_before: float = 0.0
     """Queue bookkeeping: ``time.monotonic()`` before which a retry is not processed again."""
+
+    def __post_init__(self) -> None:
+        # The thread id becomes every new fact's source and a queue key: it gets a cap too.
+        if len(self.thread_id) > MAX_THREAD_ID_CHARS:
+            raise InvalidScopeError(
+                f"thread_id is {len(self.thread_id)} characters, over the {MAX_THREAD_ID_CHARS} accepted"
+            )
 
     @property
     def key(self) -> ConversationKey:

@@ -16,7 +16,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.config import get_memory_config
-from memstore.errors import MemstoreError
 from memstore.storage.loader import load_storage_class
 from memstore.storage.sql import SqlMemoryStorage, migrate
 from memstore.storage.sql.engine import database_url_from_config, dispose_engines, mask_url
@@ -98,23 +97,23 @@ def _resolve(url: str | None) -> str:
     if url:
         return url
     config = get_memory_config()
-    try:
-        if not issubclass(load_storage_class(config.storage_class), SqlMemoryStorage):
-            raise click.ClickException(
-                f"the configured storage_class {config.storage_class} keeps no database "
-                "(pass --url to work on one)"
-            )
-        return database_url_from_config(config)
-    except MemstoreError as exc:
-        raise click.ClickException(str(exc)) from exc
+    if not issubclass(load_storage_class(config.storage_class), SqlMemoryStorage):
+        raise click.ClickException(
+            f"the configured storage_class {config.storage_class} keeps no database "
+            "(pass --url to work on one)"
+        )
+    return database_url_from_config(config)
 
 
 @contextmanager
 def _reporting(url: str | None) -> Iterator[None]:
-    """Turn expected failures into one clean, password-free line and exit status 1."""
+    """Alembic's and the driver's failures as one clean, password-free line and exit status 1.
+
+    memstore's own errors go on to the command group's one mapping (``memstore.cli``).
+    """
     try:
         yield
-    except (MemstoreError, CommandError) as exc:
+    except CommandError as exc:
         raise click.ClickException(_scrub(str(exc), url)) from exc
     except DBAPIError as exc:
         reason = str(exc.orig).strip().splitlines()[0] if exc.orig else type(exc).__name__

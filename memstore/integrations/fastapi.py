@@ -213,7 +213,8 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
     409: {
         "model": ErrorResponse,
         "description": "Nothing was stored: the same content is already stored as another fact, "
-        "or (PATCH) another writer changed this fact first",
+        "(PATCH) another writer changed this fact first, or the memory was erased while this "
+        "request ran (reload and retry)",
     },
 }
 
@@ -383,7 +384,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         summary="Delete a fact",
         response_model=MemoryResponse,
         response_model_exclude_none=True,
-        responses={**_ERRORS, **_NOT_FOUND},
+        responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
     )
     def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
         with _mapped_errors():

@@ -216,7 +216,7 @@ def test_openapi_documents_every_endpoint_and_its_errors(client: TestClient) -> 
         ("GET", "/api/memory/facts"): {"200", "422", "503"},
         ("POST", "/api/memory/facts"): {"200", "409", "422", "503"},
         ("PATCH", "/api/memory/facts/{fact_id}"): {"200", "404", "409", "422", "503"},
-        ("DELETE", "/api/memory/facts/{fact_id}"): {"200", "404", "422", "503"},
+        ("DELETE", "/api/memory/facts/{fact_id}"): {"200", "404", "409", "422", "503"},
         ("GET", "/api/memory/config"): {"200", "422"},
         ("GET", "/api/memory/status"): {"200", "422", "503"},
     }

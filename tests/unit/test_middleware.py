@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
+from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, set_memory_config
+from memstore.errors import InvalidScopeError
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.gateway.user_context import reset_current_user, set_current_user
 from memstore.ops.facts import create_memory_fact, get_memory_data
@@ -164,3 +166,10 @@ def test_default_queue_feeds_the_real_updater() -> None:
     facts = get_memory_data(user_id="alice")["facts"]
     assert any("dark mode" in fact["content"] and fact["source"] == "t1" for fact in facts)
     assert "dark mode" in MemoryMiddleware().memory_context(user_id="alice")
+
+
+def test_an_oversized_thread_id_is_refused_not_cut() -> None:
+    # Review of issue 13: the thread id becomes every new fact's source and a queue key, uncapped.
+    with pytest.raises(InvalidScopeError, match="thread_id is 256 characters"):
+        ConversationContext("t" * 256, [])
+    assert ConversationContext("t" * 255, []).thread_id == "t" * 255
