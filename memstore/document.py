@@ -79,6 +79,17 @@ def create_empty_memory() -> MemoryDocument:
     }
 
 
+def unstorable(text: str) -> str | None:
+    """Why no provider can store ``text``, or ``None`` when it can."""
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate, which is not valid Unicode"
+    return None
+
+
 def unstored_memory() -> MemoryDocument:
     """What a provider loads for a scope with nothing stored: empty, with ``lastUpdated`` ``""``.
 

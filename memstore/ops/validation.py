@@ -21,21 +21,11 @@ from memstore.document import (
     MAX_FACT_CHARS,
     MAX_SUMMARY_CHARS,
     SECTION_GROUPS,
+    unstorable,
 )
 from memstore.errors import InvalidDocumentError, InvalidFactError, QueryError
 
 _FACT_TEXT_CAPS = {"content": MAX_FACT_CHARS, "category": MAX_CATEGORY_CHARS, "sourceError": MAX_FACT_CHARS}
-
-
-def unstorable(text: str) -> str | None:
-    """Why no provider can store ``text``, or ``None`` when it can."""
-    if "\x00" in text:
-        return "contains a NUL character"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains a lone surrogate, which is not valid Unicode"
-    return None
 
 
 def fact_content(content: object) -> str:

@@ -32,6 +32,7 @@ from memstore.document import (
     MAX_FACT_CHARS,
     MAX_SUMMARY_CHARS,
     SECTION_GROUPS,
+    unstorable,
 )
 from memstore.errors import MemoryUpdateParseError, UnsafeMemoryUpdateError
 
@@ -125,11 +126,7 @@ def storable_text(value: object, max_chars: int) -> str | None:
     if not isinstance(value, str):
         return None
     value = value.strip()
-    if len(value) > max_chars or "\x00" in value:
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
+    if len(value) > max_chars or unstorable(value) is not None:
         return None
     return value
 
