@@ -35,6 +35,7 @@ from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import StorageUnavailableError
 from memstore.queue.bounds import QueueBudget, conversation_chars
 from memstore.queue.contract import ConversationUpdater, QueueStats, UpdaterFactory
+from memstore.update.updater import MemoryUpdater
 
 logger = logging.getLogger(__name__)
 
@@ -55,10 +56,7 @@ def retry_delay(attempts: int, config: MemoryConfig) -> float:
 
 
 def _default_updater_factory() -> ConversationUpdater:
-    # Imported here so the queue (and the middleware importing it) never pays for the LLM stack
-    # on the request path, and so the updater reads the config current at processing time.
-    from memstore.update.updater import MemoryUpdater
-
+    # Built per batch, so the updater reads the configuration current at processing time.
     return MemoryUpdater()
 
 

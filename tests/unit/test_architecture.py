@@ -105,7 +105,9 @@ def test_the_layer_check_catches_an_upward_import() -> None:
     # The check itself must be able to fail: storage importing the queue would be upward.
     assert _layer_of("memstore.queue.debounced") > _layer_of("memstore.storage.sql.provider")
     assert "memstore.storage.base" in _imported_modules("memstore.storage.loader")
-    assert "memstore.update.updater" in _imported_modules("memstore.queue.debounced")  # a deferred import
+    assert "memstore.update.updater" in _imported_modules("memstore.queue.debounced")
+    assert "memstore.storage.sql.provider" in _imported_modules("memstore.storage.sql")  # a package import
+    assert "memstore.cli.db" in _imported_modules("memstore.cli")  # an import inside a function
 
 
 def test_the_package_exports_the_sql_provider() -> None:
