@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -36,6 +38,8 @@ def demo(into_configured_database: bool) -> None:
     click.echo("your configured storage was not touched. To explore it:")
     click.echo(f"  export MEMSTORE_STORAGE_CLASS={SQL_STORAGE_CLASS}")
     click.echo(f"  export MEMSTORE_DATABASE_URL=sqlite:///{data_dir / 'memory.db'}")
+    # `make demo` runs .venv/bin/memstore, which is not on PATH: show the command as it was run.
+    program = "memstore" if shutil.which("memstore") else sys.argv[0]
     for command in ("show --user alice", "facts list", "facts search Python", "stats"):
-        click.echo(f"  memstore {command}")
+        click.echo(f"  {program} {command}")
     click.echo(f"Delete the directory when you are done: rm -r {data_dir}")
