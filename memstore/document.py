@@ -15,6 +15,8 @@ USER_SECTIONS = ("workContext", "personalContext", "topOfMind")
 HISTORY_SECTIONS = ("recentMonths", "earlierContext", "longTermBackground")
 SECTION_GROUPS: dict[str, tuple[str, ...]] = {"user": USER_SECTIONS, "history": HISTORY_SECTIONS}
 FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "correction")
+DOCUMENT_KEYS = ("version", "lastUpdated", "user", "history", "facts")
+"""The interchange format's top-level keys; providers may add their own (``revision``, ...)."""
 DEFAULT_CATEGORY = "context"
 """The category of a fact that names none (an LLM that omits it, a manual fact, an old document)."""
 

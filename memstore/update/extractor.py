@@ -12,7 +12,7 @@ from typing import Literal, Protocol
 from memstore.capture.conversation import ConversationContext
 from memstore.capture.filtering import memory_turns
 from memstore.config import MemoryConfig
-from memstore.document import MemoryDocument
+from memstore.document import DOCUMENT_KEYS, MemoryDocument
 from memstore.errors import ConfigError
 from memstore.update.llm import LLMClient
 from memstore.update.parser import MemoryUpdate, parse_update_response
@@ -33,8 +33,11 @@ class LLMExtractor:
         self._client = client
 
     def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
+        # Only the document itself goes to the endpoint: a provider's bookkeeping (the SQL
+        # provider's revision and scope-row incarnation) means nothing to the model.
+        document = {key: current[key] for key in DOCUMENT_KEYS if key in current}
         prompt = build_update_prompt(
-            current,
+            document,
             context.messages,
             correction_detected=context.correction_detected,
             reinforcement_detected=context.reinforcement_detected,

@@ -473,3 +473,18 @@ class TestReferenceCallShapes:
         late = MemoryUpdater().update_memory(self.MESSAGES, "t-2", user_id="alice", captured_at=captured)
         assert late is False
         assert get_memory_storage().reload(user_id="alice")["facts"] == []
+
+
+def test_the_llm_sees_the_document_without_provider_bookkeeping(
+    llm_config: MemoryConfig, openai_server: OpenAIStubServer, sql_url: str
+) -> None:
+    # Review of issue 13: the SQL provider's revision and incarnation (its scope row id and creation
+    # time) went to the endpoint in every update prompt.
+    reconfigure(llm_config, storage_class=SQL_STORAGE_CLASS, database_url=sql_url)
+    openai_server.script(GOOD_REPLY, GOOD_REPLY)
+    assert MemoryUpdater().update_memory(CONVERSATION, thread_id="t-1", user_id="alice") is True
+    assert "revision" in get_memory_storage().load(user_id="alice")  # the provider does keep it
+    assert MemoryUpdater().update_memory(CONVERSATION, thread_id="t-2", user_id="alice") is True
+    second = user_prompt(openai_server.requests[1])
+    assert '"facts"' in second and "User prefers Python" in second
+    assert '"revision"' not in second and '"incarnation"' not in second
