@@ -9,6 +9,7 @@ scripts/with-postgres.sh). Without server binaries the tests skip visibly, excep
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -119,12 +120,16 @@ class PgCluster:
 
     def freeze(self) -> None:
         """SIGSTOP the server: connections hang instead of failing (a network black hole)."""
-        for pid in self._server_pids():
-            os.kill(pid, signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
 
     def thaw(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, signum: signal.Signals) -> None:
+        # A backend may exit between listing the server's processes and signalling it.
         for pid in self._server_pids():
-            os.kill(pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
 
 
 @contextmanager
