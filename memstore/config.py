@@ -68,6 +68,15 @@ class MemoryConfig(BaseModel):
     llm_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     llm_json_mode: bool = True
     extractor: Literal["auto", "llm", "rules"] = "auto"
+    queue_backend: Literal["database", "memory"] | None = Field(
+        default=None,
+        description="Where queued conversations wait: 'database' (the default with the SQL provider) "
+        "or 'memory' (the default otherwise).",
+    )
+    queue_workers: int = Field(default=4, ge=0, le=64)
+    queue_lease_seconds: float = Field(default=60.0, ge=0.5, le=3600)
+    queue_poll_seconds: float = Field(default=1.0, gt=0, le=60)
+    queue_enqueue_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
 
     @field_validator(
         "shutdown_timeout_seconds",
@@ -78,6 +87,9 @@ class MemoryConfig(BaseModel):
         "memory_context_timeout_seconds",
         "write_lock_timeout_seconds",
         "write_statement_timeout_seconds",
+        "queue_lease_seconds",
+        "queue_poll_seconds",
+        "queue_enqueue_timeout_seconds",
     )
     @classmethod
     def _finite(cls, value: float) -> float:
@@ -102,7 +114,7 @@ class MemoryConfig(BaseModel):
 
 def _env_value(field: str, raw: str) -> Any:
     """Turn an environment string into what pydantic expects for ``field``."""
-    if raw == "" and field in {"database_url", "model_name", "llm_base_url", "llm_api_key"}:
+    if raw == "" and field in {"database_url", "model_name", "llm_base_url", "llm_api_key", "queue_backend"}:
         return None
     if field == "guaranteed_categories":
         stripped = raw.strip()

@@ -43,6 +43,14 @@ class StaleDocumentError(MemstoreError):
     """
 
 
+class LeaseLostError(MemstoreError):
+    """The queue lease on a conversation expired and another worker took it over.
+
+    Raised inside the save transaction, which is rolled back: the other worker's result lands,
+    this one's never does, so a conversation claimed twice is applied once.
+    """
+
+
 class MalformedDocumentError(MemstoreError, ValueError):
     """A document whose shape cannot be stored without guessing; the save is refused."""
 
@@ -64,6 +72,17 @@ class QueryError(MemstoreError, ValueError):
 
 class LLMError(MemstoreError):
     """The endpoint could not produce a reply (network, HTTP status, timeout)."""
+
+
+class LLMUnavailableError(LLMError):
+    """A failure that may pass (timeout, connection, 408, 409, 429, 5xx): the queue retries it.
+
+    ``retry_after`` is the endpoint's ``Retry-After`` in seconds, when it sent one.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class MemoryUpdateParseError(MemstoreError, ValueError):

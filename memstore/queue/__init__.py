@@ -1,14 +1,19 @@
 """Stage 2, queue: debounce captured conversations and hand them to the updater off the request path."""
 
-from memstore.queue.contract import ConversationUpdater, QueueStats, UpdaterFactory
-from memstore.queue.debounced import MemoryUpdateQueue, retry_delay
-from memstore.queue.process import get_memory_queue, reset_memory_queue, set_memory_queue
+from memstore.queue.contract import ConversationUpdater, QueueStats, UpdateQueue, UpdaterFactory
+from memstore.queue.database import DatabaseUpdateQueue
+from memstore.queue.debounced import MemoryUpdateQueue
+from memstore.queue.process import build_memory_queue, get_memory_queue, reset_memory_queue, set_memory_queue
+from memstore.queue.retry import retry_delay
 
 __all__ = [
     "ConversationUpdater",
+    "DatabaseUpdateQueue",
     "MemoryUpdateQueue",
     "QueueStats",
+    "UpdateQueue",
     "UpdaterFactory",
+    "build_memory_queue",
     "get_memory_queue",
     "reset_memory_queue",
     "retry_delay",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from memstore.capture.conversation import ConversationContext
 
@@ -42,3 +42,52 @@ class QueueStats:
     """Conversations put back after an outage."""
     abandoned: int = 0
     """Conversations dropped because the outage outlasted ``update_max_attempts`` or shutdown."""
+    dead: int = 0
+    """Database queue: conversations moved to ``dead`` after ``update_max_attempts`` failures."""
+    taken_over: int = 0
+    """Database queue: updates not saved because their lease expired and another worker took over."""
+
+
+class UpdateQueue(Protocol):
+    """The API both queues offer (``MemoryUpdateQueue`` and ``DatabaseUpdateQueue``)."""
+
+    def add(
+        self,
+        thread_id: str,
+        messages: list[Any],
+        agent_name: str | None = None,
+        user_id: str | None = None,
+        correction_detected: bool = False,
+        reinforcement_detected: bool = False,
+    ) -> None: ...
+
+    def add_nowait(
+        self,
+        thread_id: str,
+        messages: list[Any],
+        agent_name: str | None = None,
+        user_id: str | None = None,
+        correction_detected: bool = False,
+        reinforcement_detected: bool = False,
+    ) -> None: ...
+
+    def submit(self, context: ConversationContext, *, immediately: bool = False) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def flush_nowait(self) -> None: ...
+
+    def shutdown(self, timeout: float | None = None) -> bool: ...
+
+    def close(self) -> None: ...
+
+    def wait_idle(self, timeout: float | None = None) -> bool: ...
+
+    @property
+    def is_processing(self) -> bool: ...
+
+    @property
+    def pending_count(self) -> int: ...
+
+    @property
+    def stats(self) -> QueueStats: ...

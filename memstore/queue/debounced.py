@@ -31,28 +31,20 @@ from typing import Any
 from memstore.capture.conversation import ConversationContext, ConversationKey
 from memstore.capture.filtering import bound_conversation
 from memstore.capture.message_access import text_only
-from memstore.config import MemoryConfig, get_memory_config
+from memstore.config import get_memory_config
 from memstore.errors import StorageUnavailableError
 from memstore.queue.bounds import QueueBudget, conversation_chars
 from memstore.queue.contract import ConversationUpdater, QueueStats, UpdaterFactory
+from memstore.queue.retry import retry_delay
 from memstore.update.updater import MemoryUpdater
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_BATCH_INTERVAL_SECONDS = 0.5
-"""Pause between contexts of one batch, to spread LLM calls out a little."""
 
 MAX_DEBOUNCE_FACTOR = 2
 
 MAX_QUEUED_MESSAGE_CHARS = 8_000
 MAX_QUEUED_CONVERSATION_CHARS = 64_000
 """Per-message and per-conversation caps applied at enqueue; the prompt cuts much shorter anyway."""
-
-
-def retry_delay(attempts: int, config: MemoryConfig) -> float:
-    """Backoff before attempt ``attempts + 1``: the base doubled per failure, capped."""
-    exponent = min(max(attempts - 1, 0), 60)
-    return float(min(config.update_retry_max_seconds, config.update_retry_base_seconds * 2**exponent))
 
 
 def _default_updater_factory() -> ConversationUpdater:
@@ -67,14 +59,8 @@ def _remaining(deadline: float | None) -> float | None:
 class MemoryUpdateQueue:
     """Thread-safe debounced queue; see the module docstring for the scheduling rules."""
 
-    def __init__(
-        self,
-        updater_factory: UpdaterFactory | None = None,
-        *,
-        batch_interval_seconds: float = DEFAULT_BATCH_INTERVAL_SECONDS,
-    ) -> None:
+    def __init__(self, updater_factory: UpdaterFactory | None = None) -> None:
         self._updater_factory = updater_factory or _default_updater_factory
-        self._batch_interval = batch_interval_seconds
         # Insertion-ordered by key: O(1) coalescing however deep the queue gets.
         self._queue: dict[ConversationKey, ConversationContext] = {}
         self._budget = QueueBudget()
@@ -90,8 +76,6 @@ class MemoryUpdateQueue:
         self._processing = False
         self._rerun_pending = False
         self._closed = False
-        # Set by shutdown so a worker pausing between contexts stops waiting at once.
-        self._stopping = threading.Event()
 
     def add(
         self,
@@ -155,6 +139,10 @@ class MemoryUpdateQueue:
             self._rerun_pending = False
             self._idle.notify_all()
 
+    def close(self) -> None:
+        """Discard the queue (tests, a config change): pending work is dropped, like ``clear``."""
+        self.clear()
+
     @property
     def pending_count(self) -> int:
         with self._lock:
@@ -184,13 +172,12 @@ class MemoryUpdateQueue:
     def shutdown(self, timeout: float | None = None) -> bool:
         """Stop accepting work, wait for the in-flight worker, then drain what is pending.
 
-        The drain skips the pause between contexts. Returns ``False`` when ``timeout`` ran out
+        Returns ``False`` when ``timeout`` ran out
         first or processing failed (work was lost), ``True`` otherwise. Safe to call twice.
         """
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         with self._lock:
             self._closed = True
-            self._stopping.set()
             self._cancel_timer_locked()
             while self._processing:
                 remaining = _remaining(deadline)
@@ -311,7 +298,7 @@ class MemoryUpdateQueue:
                 self._schedule_pending_locked()
                 return
         try:
-            self._run_batch(batch, interval=self._batch_interval)
+            self._run_batch(batch)
         finally:
             self._finish_batch()
 
@@ -333,9 +320,7 @@ class MemoryUpdateQueue:
             self._schedule_pending_locked()
             self._idle.notify_all()
 
-    def _run_batch(
-        self, batch: list[ConversationContext], *, interval: float, deadline: float | None = None
-    ) -> bool:
+    def _run_batch(self, batch: list[ConversationContext], *, deadline: float | None = None) -> bool:
         """Hand each context to the updater; ``False`` if any of them was lost to an error."""
         try:
             updater = self._updater_factory()
@@ -350,8 +335,6 @@ class MemoryUpdateQueue:
                     len(batch) - index,
                 )
                 return False
-            if index and interval > 0:
-                self._stopping.wait(interval)
             try:
                 updated = updater.update(context)
             except StorageUnavailableError as exc:
@@ -422,7 +405,7 @@ class MemoryUpdateQueue:
 
         def run() -> None:
             try:
-                outcome.append(self._run_batch(batch, interval=0.0, deadline=deadline))
+                outcome.append(self._run_batch(batch, deadline=deadline))
             finally:
                 self._finish_batch()
 

@@ -1,4 +1,9 @@
-"""The process-wide queue: created on first use, drained at interpreter exit."""
+"""The process-wide queue: created on first use, shut down at interpreter exit.
+
+``queue_backend`` picks it: ``database`` (the default with the SQL provider) keeps queued
+conversations in the memory database, shared by every process; ``memory`` keeps them in this
+process (the default with any other provider, and a choice for tests).
+"""
 
 from __future__ import annotations
 
@@ -7,28 +12,54 @@ import logging
 import threading
 
 from memstore.config import MemoryConfig, get_memory_config
+from memstore.errors import ConfigError
+from memstore.queue.contract import UpdateQueue
+from memstore.queue.database import DatabaseUpdateQueue
 from memstore.queue.debounced import MemoryUpdateQueue
+from memstore.storage.loader import load_storage_class
+from memstore.storage.sql.engine import database_url_from_config
+from memstore.storage.sql.provider import SqlMemoryStorage
 
 logger = logging.getLogger(__name__)
 
-_queue: MemoryUpdateQueue | None = None
+_queue: UpdateQueue | None = None
 _queue_lock = threading.Lock()
 _atexit_registered = False
 
 
-def get_memory_queue() -> MemoryUpdateQueue:
-    """The process-wide queue, created on first use; it is drained at interpreter exit."""
+def queue_backend(config: MemoryConfig) -> str:
+    """The backend ``config`` selects; ``database`` with a provider other than SQL is refused."""
+    sql = issubclass(load_storage_class(config.storage_class), SqlMemoryStorage)
+    backend = config.queue_backend or ("database" if sql else "memory")
+    if backend == "database" and not sql:
+        raise ConfigError(
+            f"queue_backend 'database' needs the SQL provider, but storage_class is {config.storage_class}; "
+            "set queue_backend: memory"
+        )
+    return backend
+
+
+def build_memory_queue(config: MemoryConfig | None = None) -> UpdateQueue:
+    """A new queue for ``config`` (default: the process's)."""
+    config = config or get_memory_config()
+    if queue_backend(config) == "database":
+        return DatabaseUpdateQueue(database_url_from_config(config))
+    return MemoryUpdateQueue()
+
+
+def get_memory_queue() -> UpdateQueue:
+    """The process-wide queue, created on first use; it is shut down at interpreter exit."""
     global _queue, _atexit_registered
     with _queue_lock:
         if _queue is None:
-            _queue = MemoryUpdateQueue()
+            _queue = build_memory_queue()
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
         return _queue
 
 
-def set_memory_queue(queue: MemoryUpdateQueue) -> None:
+def set_memory_queue(queue: UpdateQueue) -> None:
     """Install ``queue`` as the process-wide one, e.g. built with a custom updater factory."""
     global _queue
     with _queue_lock:
@@ -36,12 +67,13 @@ def set_memory_queue(queue: MemoryUpdateQueue) -> None:
 
 
 def reset_memory_queue() -> None:
-    """Discard the process-wide queue and its pending work (tests, config changes)."""
+    """Discard the process-wide queue (tests, config changes): a memory queue's pending work is
+    dropped, a database queue's workers stop and its rows stay queued."""
     global _queue
     with _queue_lock:
         queue, _queue = _queue, None
     if queue is not None:
-        queue.clear()
+        queue.close()
 
 
 def _shutdown_at_exit() -> None:

@@ -7,8 +7,10 @@ thread, and creating or borrowing an event loop there is how the reference ended
 ``llm_timeout_seconds`` bounds the whole call, not one try. The ``openai`` client's own retries
 are off (they multiplied the timeout: 5 s took 16.3 s); instead up to ``LLM_ATTEMPTS`` tries
 share the one deadline, each waiting at most for the time left. Only answers that come back
-quickly and may pass are tried again (a refused connection, 408, 409, 429, 5xx); a timeout
-has used the time up. Each network wait is bounded, so the only way past the deadline is an
+quickly and may pass are tried again (a refused connection, 408, 409, 429, 5xx), waiting at
+least the endpoint's ``Retry-After``; a timeout has used the time up. What still fails but may
+pass later raises ``LLMUnavailableError`` (the durable queue retries it), the rest ``LLMError``.
+Each network wait is bounded, so the only way past the deadline is an
 endpoint that keeps sending a reply byte by byte (httpx has no total deadline).
 """
 
@@ -20,7 +22,7 @@ from typing import Any
 from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, OpenAIError
 
 from memstore.config import MemoryConfig
-from memstore.errors import ConfigError, LLMError
+from memstore.errors import ConfigError, LLMError, LLMUnavailableError
 from memstore.update.parser import extract_text
 
 # Local servers (vLLM, Ollama, LM Studio) ignore the key, but the client insists on one.
@@ -30,12 +32,34 @@ RETRY_PAUSE_SECONDS = 0.5
 """Pause before the second try; it doubles before each further one."""
 
 
-def _worth_retrying(exc: OpenAIError) -> bool:
-    if isinstance(exc, APITimeoutError):
-        return False
+MAX_RETRY_AFTER_SECONDS = 3600.0
+"""A ``Retry-After`` beyond this is taken as this: a typo must not park the queue for a day."""
+
+
+def _transient(exc: OpenAIError) -> bool:
+    """Failures that may pass if tried later: the queue retries them instead of giving up."""
     if isinstance(exc, APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    return isinstance(exc, APIConnectionError)
+    return isinstance(exc, APIConnectionError)  # APITimeoutError included
+
+
+def _worth_retrying_now(exc: OpenAIError) -> bool:
+    # A timeout has used the call's time up; anything else transient may pass on the next try.
+    return _transient(exc) and not isinstance(exc, APITimeoutError)
+
+
+def retry_after_seconds(exc: OpenAIError) -> float | None:
+    """The endpoint's ``Retry-After`` (seconds form), when it sent one."""
+    if not isinstance(exc, APIStatusError):
+        return None
+    raw = exc.response.headers.get("retry-after")
+    try:
+        seconds = float(raw) if raw is not None else None
+    except ValueError:
+        return None
+    if seconds is None or not seconds >= 0:
+        return None
+    return min(seconds, MAX_RETRY_AFTER_SECONDS)
 
 
 class LLMClient:
@@ -73,14 +97,18 @@ class LLMClient:
                 )
                 break
             except OpenAIError as exc:
-                pause = RETRY_PAUSE_SECONDS * 2 ** (attempt - 1)
+                retry_after = retry_after_seconds(exc)
+                pause = max(RETRY_PAUSE_SECONDS * 2 ** (attempt - 1), retry_after or 0.0)
                 # Try again only while the next try keeps at least as long as the pause before it.
                 again = attempt < LLM_ATTEMPTS and time.monotonic() + 2 * pause < deadline
-                if not (again and _worth_retrying(exc)):
-                    raise LLMError(
+                if not (again and _worth_retrying_now(exc)):
+                    message = (
                         f"chat completion with model {self.model!r} failed after {attempt} "
                         f"attempt(s) within {self.timeout_seconds:g} s: {exc}"
-                    ) from exc
+                    )
+                    if _transient(exc):
+                        raise LLMUnavailableError(message, retry_after=retry_after) from exc
+                    raise LLMError(message) from exc
             time.sleep(pause)
             attempt += 1
         if not response.choices:

@@ -8,6 +8,7 @@ The one exception is an unreachable store: ``StorageUnavailableError`` propagate
 retrying later can succeed where a bad LLM reply never will, and the queue retries it. A
 database whose schema is not at head (``SchemaNotReadyError``) counts as unreachable: an
 operator fixes it with ``memstore db upgrade``, and the queued conversations must survive that.
+``process`` is the same path without the net: the durable queue classifies its errors itself.
 """
 
 from __future__ import annotations
@@ -22,8 +23,16 @@ from typing import Any
 
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.errors import MemstoreError, SchemaNotReadyError, StorageUnavailableError
+from memstore.errors import (
+    ConfigError,
+    MemstoreError,
+    SchemaNotReadyError,
+    StorageUnavailableError,
+    StorageWriteError,
+)
 from memstore.storage.loader import get_memory_storage
+from memstore.storage.sql.provider import SqlMemoryStorage
+from memstore.storage.sql.queue_table import QueueLease
 from memstore.update.apply import apply_updates
 from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor
 
@@ -103,40 +112,47 @@ class MemoryUpdater:
             context.timestamp = captured_at
         return self.update(context)
 
-    def _update_sync(self, context: ConversationContext) -> bool:
-        thread_id = context.thread_id
+    def process(self, context: ConversationContext, lease: QueueLease | None = None) -> bool:
+        """``update`` without the safety net, for a queue that decides what to retry.
+
+        ``True`` once saved, ``False`` when the conversation holds nothing to learn. Raises
+        ``StorageUnavailableError`` (an outage, or a schema not at head), ``LLMUnavailableError``
+        (an endpoint failure that may pass), ``LeaseLostError`` (another worker owns ``lease``
+        now), ``StaleDocumentError`` (the scope was erased or cleared after the capture), and
+        any other error for a failure that retrying will not fix. With a ``lease`` (the durable
+        queue's), the save completes the queued row in its own transaction.
+        """
+        config = self.config
+        if not config.enabled or not context.messages:
+            return False
         try:
-            config = self.config
-            if not config.enabled or not context.messages:
-                return False
             storage = get_memory_storage()
             current = storage.load(context.agent_name, user_id=context.user_id)
             update = self._extractor_for(config).extract(context, current)
             if update is None:
                 return False
-            updated = apply_updates(current, update, thread_id=thread_id, config=config)
-            saved = storage.save(
-                updated,
-                context.agent_name,
-                user_id=context.user_id,
-                origin=thread_id,
-                captured_at=context.timestamp,
-            )
-            if not saved:
-                logger.warning("memory update for thread %s was not saved (storage refused)", thread_id)
-                return False
-            return True
+            updated = apply_updates(current, update, thread_id=context.thread_id, config=config)
+            options: dict[str, Any] = {"origin": context.thread_id, "captured_at": context.timestamp}
+            if lease is not None:
+                if not isinstance(storage, SqlMemoryStorage):
+                    raise ConfigError("the database queue needs the SQL provider (storage_class)")
+                options["lease"] = lease
+            saved = storage.save(updated, context.agent_name, user_id=context.user_id, **options)
+        except SchemaNotReadyError as exc:
+            raise StorageUnavailableError(
+                f"the database schema is not ready (run `memstore db upgrade`): {exc}"
+            ) from exc
+        if not saved:
+            raise StorageWriteError("the store refused the update (its log says why)")
+        return True
+
+    def _update_sync(self, context: ConversationContext) -> bool:
+        thread_id = context.thread_id
+        try:
+            return self.process(context)
         except StorageUnavailableError as exc:
             logger.warning("memory update for thread %s could not reach the store: %s", thread_id, exc)
             raise
-        except SchemaNotReadyError as exc:
-            logger.error(
-                "memory update for thread %s is kept for retry: the database schema is not ready "
-                "(run `memstore db upgrade`): %s",
-                thread_id,
-                exc,
-            )
-            raise StorageUnavailableError(f"the database schema is not ready: {exc}") from exc
         except MemstoreError as exc:
             # Expected failures (bad reply, malformed stored document, config, endpoint down)
             # carry a clear message; a traceback would only add noise on every queued update.

@@ -49,7 +49,7 @@ def test_a_ten_megabyte_conversation_is_cut_before_the_llm(
 ) -> None:
     configure(database_url=sql_url, **llm_settings(openai_server))
     openai_server.default_reply = lambda body: update_reply([fact("User prefers tea")])
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     set_memory_queue(queue)
     messages = shape()
     size = sum(len(m["content"]) for m in messages)
@@ -75,7 +75,7 @@ def test_a_full_queue_drops_new_keys_but_admits_corrections_and_replacements(
     isolated_config: MemoryConfig, caplog: pytest.LogCaptureFixture, record: Record
 ) -> None:
     configure(max_queue_depth=5, data_dir=isolated_config.data_dir)
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     set_memory_queue(queue)
     middleware = MemoryMiddleware()
 
@@ -127,7 +127,7 @@ def test_ten_thousand_queued_users_cost_memory_proportional_to_the_entries(
     isolated_config: MemoryConfig, record: Record
 ) -> None:
     configure(data_dir=isolated_config.data_dir)
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     sample = "I work at Acme and prefer Python for data work, user 00000."
     used = queued_bytes(queue, 10_000, lambda n: f"{sample[:-6]}{n:05d}.")
     assert queue.pending_count == 10_000
@@ -135,7 +135,7 @@ def test_ten_thousand_queued_users_cost_memory_proportional_to_the_entries(
     queue.clear()
 
     # Each user pastes 1 MB: the queue keeps a bounded cut of it, not the paste.
-    pasted = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    pasted = MemoryUpdateQueue()
     heavy = queued_bytes(pasted, 1_000, lambda n: f"{n} " + "p" * 1_000_000)
     assert pasted.pending_count == 1_000
     assert heavy < 1_000 * entry_bound("p" * MAX_QUEUED_MESSAGE_CHARS)
@@ -156,7 +156,7 @@ def test_corrections_past_the_reserve_are_dropped_and_memory_stays_bounded(
     """Corrections ("try again", "redo") are everyday turns: a flood of them must not bypass the depth."""
     config = configure(max_queue_depth=100, data_dir=isolated_config.data_dir)
     caplog.set_level(logging.ERROR, logger="memstore")  # captured warnings would be counted too
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     set_memory_queue(queue)
     middleware = MemoryMiddleware()
     offered = 2_000
@@ -203,7 +203,7 @@ def test_max_queue_chars_bounds_memory_whatever_the_flags(
     isolated_config: MemoryConfig, record: Record
 ) -> None:
     config = configure(max_queue_depth=100_000, max_queue_chars=1_000_000, data_dir=isolated_config.data_dir)
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     offered = 300
 
     tracemalloc.start()
@@ -245,7 +245,7 @@ def test_the_batch_being_processed_counts_against_max_queue_chars(isolated_confi
                 admitted_during_batch.append(queue.pending_count)
             return True
 
-    queue = MemoryUpdateQueue(lambda: Updater(), batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue(lambda: Updater())
     queue.add(thread_id="first", messages=long_thread(99), user_id="u")
     queue.flush()
 
@@ -262,7 +262,7 @@ def test_a_queued_conversation_holds_only_text(isolated_config: MemoryConfig) ->
     # Review of issue 13 item 4: a "try again" turn carrying a 5 MB image counted as 11 characters
     # against max_queue_chars while the queue kept the image.
     configure(data_dir=isolated_config.data_dir, max_queue_depth=10)
-    queue = MemoryUpdateQueue(RecordingUpdater().factory, batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue(RecordingUpdater().factory)
     set_memory_queue(queue)
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 5_000_000}}
     messages = [

@@ -76,7 +76,7 @@ def shared_content(scope: str, step: int, worker: str) -> str:
 
 def run_worker(worker: str) -> QueueStats:
     """One worker: its own queue and updater; one batch (all scopes) per step, flushed in order."""
-    queue = MemoryUpdateQueue(MemoryUpdater, batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue(MemoryUpdater)
     plans = {(user, agent): worker_ops(worker, scope_label(user, agent)) for user, agent in SCOPES}
     for step in range(STEPS):
         for (user, agent), ops in plans.items():
@@ -288,7 +288,7 @@ def test_the_cap_holds_at_every_revision_under_concurrent_updaters(
     workers, steps = 4, 4
 
     def work(worker: int) -> None:
-        queue = MemoryUpdateQueue(MemoryUpdater, batch_interval_seconds=0.0)
+        queue = MemoryUpdateQueue(MemoryUpdater)
         for step in range(steps):
             queue.add(thread_id=f"w{worker}-s{step}", messages=turn(f"CAP w{worker} s{step}"), user_id="u0")
             queue.flush()

@@ -108,7 +108,7 @@ def test_updates_flowing_through_a_restart_and_a_freeze_all_land(
         **llm_settings(openai_server),
     )
     openai_server.default_reply = remember_reply
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     set_memory_queue(queue)
     gateway = Gateway()
     caplog.set_level(logging.WARNING)
@@ -159,7 +159,7 @@ def test_an_outage_longer_than_the_retry_budget_is_reported(
     )
     openai_server.default_reply = remember_reply
     SqlMemoryStorage(outage_url)
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     caplog.set_level(logging.WARNING, logger="memstore.queue")
     cluster.stop()
 
@@ -184,7 +184,7 @@ def test_a_database_behind_head_keeps_queued_conversations_until_db_upgrade(
         **llm_settings(openai_server),
     )
     openai_server.default_reply = remember_reply
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     caplog.set_level(logging.WARNING)
     try:
         for user in USERS:

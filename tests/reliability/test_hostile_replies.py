@@ -224,7 +224,7 @@ def test_a_hostile_reply_changes_nothing_or_exactly_its_valid_part(
     before, other_before = storage.load(user_id=victim), storage.load(user_id=other)
     openai_server.script(reply)
 
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     queue.add(thread_id="hostile", messages=turn("I like cats."), user_id=victim)
     queue.flush()
 

@@ -103,7 +103,7 @@ def test_a_lone_surrogate_in_a_turn_is_replaced_and_the_update_still_runs(
 ) -> None:
     configure(**store_settings, **llm_settings(openai_server))
     openai_server.default_reply = lambda body: update_reply([fact("User likes green tea")])
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     set_memory_queue(queue)
     MemoryMiddleware().after_agent(
         [{"role": "user", "content": BROKEN}, {"role": "assistant", "content": "Noted \udc00."}],

@@ -81,7 +81,7 @@ def test_a_locked_scope_is_retried_while_other_users_are_saved(
     )
     openai_server.default_reply = remember_reply
     seed(postgres_url, "stuck", "free")
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     try:
         with row_locked(postgres_url, "stuck"):
             # The locked scope first: before the fix the worker waited on it with everyone behind.

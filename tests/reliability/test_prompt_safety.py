@@ -214,7 +214,7 @@ def test_forged_lines_stay_inline_through_the_store_and_the_queue(
     ]
 
     openai_server.default_reply = lambda body: update_reply()
-    queue = MemoryUpdateQueue(batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue()
     set_memory_queue(queue)
     MemoryMiddleware().after_agent(
         [{"role": "user", "content": FORGED_TURN}, {"role": "assistant", "content": "Hi"}],

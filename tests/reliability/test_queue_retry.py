@@ -41,7 +41,7 @@ def test_a_failed_context_never_overwrites_a_newer_one_for_its_key(isolated_conf
             queue.add(thread_id="t", messages=turn("second, whole thread"), user_id="u")
 
     updater = ScriptedUpdater(newer_turn_arrives, outages=1)
-    queue = MemoryUpdateQueue(lambda: updater, batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue(lambda: updater)
     queue.add(thread_id="t", messages=turn("first"), user_id="u", correction_detected=True)
     queue.flush()
 
@@ -58,7 +58,7 @@ def test_a_failed_context_never_overwrites_a_newer_one_for_its_key(isolated_conf
 def test_a_retry_is_processed_without_waiting_for_traffic(isolated_config: MemoryConfig) -> None:
     configure(data_dir=isolated_config.data_dir, update_retry_base_seconds=0.05, debounce_seconds=300)
     updater = ScriptedUpdater(outages=2)
-    queue = MemoryUpdateQueue(lambda: updater, batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue(lambda: updater)
     queue.add_nowait(thread_id="t", messages=turn("only"), user_id="u")
     assert queue.wait_idle(30)
     assert [text for text, _ in updater.calls] == ["only"] * 3
@@ -80,7 +80,7 @@ def test_steady_traffic_cannot_postpone_processing_forever(isolated_config: Memo
             processed.set()
             return True
 
-    queue = MemoryUpdateQueue(lambda: Recorder(), batch_interval_seconds=0.0)
+    queue = MemoryUpdateQueue(lambda: Recorder())
     deadline = time.monotonic() + 6.0  # three times the longest a turn may now wait
     sent = 0
     while not processed.is_set() and time.monotonic() < deadline:

@@ -19,7 +19,7 @@ def updater() -> RecordingUpdater:
 def queue(updater: RecordingUpdater) -> Iterator[MemoryUpdateQueue]:
     """A process queue that records updates instead of calling an LLM, removed afterwards."""
     reset_memory_queue()
-    installed = MemoryUpdateQueue(updater.factory, batch_interval_seconds=0.0)
+    installed = MemoryUpdateQueue(updater.factory)
     set_memory_queue(installed)
     yield installed
     reset_memory_queue()

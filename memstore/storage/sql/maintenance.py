@@ -13,6 +13,7 @@ from datetime import datetime
 from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql
 
+from memstore.storage.sql import queue_table
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
 from memstore.storage.sql.fts_schema import FTS_TABLE
 from memstore.storage.sql.models import erasures_table as _erasures
@@ -58,6 +59,8 @@ def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
                     "memory_scopes": conn.execute(
                         delete(_scopes).where(_scopes.c.id.in_(scope_ids))
                     ).rowcount,
+                    # Queued conversations too: a late update must not bring the user back.
+                    "memory_queue": queue_table.erase_user(conn, user_id),
                 }
                 _record_erasure(conn, user_id, now)
                 if sqlite and counts["memory_facts"]:

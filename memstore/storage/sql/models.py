@@ -13,6 +13,7 @@ from typing import Any, cast
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -184,6 +185,66 @@ class MemoryErasure(Base):
     __table_args__ = (Index("ix_memory_erasures_erased_at", "erased_at"),)
 
 
+class MemoryQueueItem(Base):
+    """One pending conversation of the durable update queue, keyed by thread, user and agent.
+
+    ``user_id`` and ``agent_name`` hold ``''`` for "none" (never a valid id), so the plain unique
+    key coalesces repeated turns of a conversation. ``generation`` grows with every enqueue: a
+    worker that finishes an older generation puts the row back to ``pending`` instead of ``done``.
+    """
+
+    __tablename__ = "memory_queue"
+
+    id: Mapped[int] = mapped_column(Id, primary_key=True)
+    thread_id: Mapped[str] = mapped_column(String(255), nullable=False)
+    user_id: Mapped[str] = mapped_column(String(128), nullable=False)
+    agent_name: Mapped[str] = mapped_column(String(128), nullable=False)
+    messages: Mapped[list[Any]] = mapped_column(Json, nullable=False)
+    correction_detected: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    reinforcement_detected: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    state: Mapped[str] = mapped_column(String(8), nullable=False)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False)
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    captured_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    # When the oldest turn not yet processed arrived (the queue's lag is measured from it).
+    pending_since: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    due_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    # pending_since + 2 x debounce: however busy the conversation, it is due by then.
+    latest_due_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    lease_owner: Mapped[str | None] = mapped_column(String(128))
+    lease_token: Mapped[str | None] = mapped_column(String(32))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    enqueued_by: Mapped[str] = mapped_column(String(128), nullable=False)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    completed_at: Mapped[datetime | None] = mapped_column(Timestamp)
+
+    __table_args__ = (
+        CheckConstraint("state IN ('pending', 'leased', 'done', 'dead')", name="known_state"),
+        Index("uq_memory_queue_conversation", "thread_id", "user_id", "agent_name", unique=True),
+        Index("ix_memory_queue_state_due_at", "state", "due_at"),
+        Index("ix_memory_queue_user_id_agent_name", "user_id", "agent_name"),
+    )
+
+
+class MemoryQueueClaim(Base):
+    """At most one row per scope: the worker holding it is the only one processing that scope.
+
+    The primary key is what enforces it (a claim is an INSERT, or the take-over of an expired
+    row), not a check followed by a write.
+    """
+
+    __tablename__ = "memory_queue_claims"
+
+    user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    agent_name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    lease_owner: Mapped[str] = mapped_column(String(128), nullable=False)
+    lease_token: Mapped[str] = mapped_column(String(32), nullable=False)
+    lease_expires_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    claimed_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+
+
 def _table(model: type[Base]) -> Table:
     return cast(Table, model.__table__)
 
@@ -194,3 +255,5 @@ sections_table = _table(MemorySection)
 facts_table = _table(MemoryFact)
 history_table = _table(MemoryHistory)
 erasures_table = _table(MemoryErasure)
+queue_table = _table(MemoryQueueItem)
+claims_table = _table(MemoryQueueClaim)

@@ -38,11 +38,16 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory
-from memstore.errors import MalformedDocumentError, StaleDocumentError, StorageUnavailableError
+from memstore.errors import (
+    LeaseLostError,
+    MalformedDocumentError,
+    StaleDocumentError,
+    StorageUnavailableError,
+)
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
-from memstore.storage.sql import maintenance, queries
+from memstore.storage.sql import maintenance, queries, queue_table
 from memstore.storage.sql.cache import CacheEntry, entry_after, entry_from_rows, stamp
 from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
 from memstore.storage.sql.engine import (
@@ -53,6 +58,7 @@ from memstore.storage.sql.engine import (
     mask_url,
 )
 from memstore.storage.sql.migrate import prepare_database
+from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.sql.statements import (
     INSERT_SCOPE,
     LOAD_QUERY,
@@ -106,6 +112,11 @@ class SqlMemoryStorage(MemoryStorage):
             raise self._unavailable(exc) from exc
 
     @property
+    def engine(self) -> Engine:
+        """The process's engine for this database (the durable queue shares it)."""
+        return self._engine
+
+    @property
     def url(self) -> str:
         """The database URL with any password masked."""
         return mask_url(self._url)
@@ -153,8 +164,13 @@ class SqlMemoryStorage(MemoryStorage):
         user_id: str | None = None,
         origin: str | None = None,
         captured_at: datetime | None = None,
+        lease: QueueLease | None = None,
     ) -> bool:
         """Merge ``memory`` into the scope (see ``merge.py``); ``origin`` is recorded in the audit trail.
+
+        With a queue ``lease``, a save that changes anything also completes the leased queue row
+        in the same transaction, and raises ``LeaseLostError`` (saving nothing) when another
+        worker has taken the row over.
 
         A malformed document or a database error logs, returns False and changes nothing. An
         unreachable database (connection refused or lost, lock, statement or pool timeout) raises
@@ -180,6 +196,7 @@ class SqlMemoryStorage(MemoryStorage):
                 (origin or DEFAULT_ORIGIN)[:MAX_ORIGIN],
                 captured_at=captured_at,
                 cached=cached,
+                lease=lease,
             )
         except (SQLAlchemyError, UnicodeError) as exc:
             return self._write_failed(exc, scope, "save memory")
@@ -246,6 +263,7 @@ class SqlMemoryStorage(MemoryStorage):
         captured_at: datetime | None = None,
         clear: bool = False,
         cached: CacheEntry | None = None,
+        lease: QueueLease | None = None,
     ) -> CacheEntry | None:
         """Run the save transaction; returns what to cache, or None when there is nothing to cache.
 
@@ -286,6 +304,12 @@ class SqlMemoryStorage(MemoryStorage):
                         scope_row.revision,
                         plan,
                         cached,
+                    )
+                if lease is not None and not queue_table.complete(conn, lease, now=now):
+                    transaction.rollback()
+                    raise LeaseLostError(
+                        f"queued conversation {lease.row_id} was taken over by another worker; "
+                        "its update is theirs to save"
                     )
                 apply_plan(conn, scope_row.scope_id, plan, now, origin)
                 conn.execute(

@@ -1,0 +1,255 @@
+"""The database queue's workers: claim a scope, run its conversations, settle each row.
+
+``ClaimRunner`` does one claim's work and is shared by the worker threads and ``flush`` (which
+runs it in the caller's thread). ``LeaseKeeper`` is one heartbeat thread per queue that extends
+every claim this process holds, so a long LLM call keeps its lease while a dead process's
+leases expire after ``queue_lease_seconds``.
+
+How a conversation ends, by what the updater did:
+- saved, or nothing to learn: done (the save already completed the row in its transaction);
+- ``StaleDocumentError`` (the scope was erased or cleared after the capture): done, noted;
+- ``LeaseLostError``: nothing, the row is another worker's now;
+- an outage or a transient endpoint error: pending again after a jittered exponential backoff
+  (at least the endpoint's ``Retry-After``), however many attempts that takes;
+- anything else: the same backoff, and dead once it has been tried ``update_max_attempts`` times.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from memstore.capture.conversation import ConversationContext
+from memstore.config import MemoryConfig, get_memory_config
+from memstore.errors import (
+    LeaseLostError,
+    LLMUnavailableError,
+    StaleDocumentError,
+    StorageUnavailableError,
+)
+from memstore.queue.retry import jittered_delay
+from memstore.storage.sql import queue_admin, queue_table
+from memstore.storage.sql.queue_table import LeasedConversation, QueueLease, ScopeClaim
+
+logger = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_SECONDS = 300.0
+"""How often the heartbeat thread also deletes old done rows."""
+
+
+class LeasedUpdater(Protocol):
+    """What the database queue needs from an updater (``MemoryUpdater`` is one)."""
+
+    def process(self, context: ConversationContext, lease: QueueLease | None = None) -> bool: ...
+
+
+LeasedUpdaterFactory = Callable[[], LeasedUpdater]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def write_transaction_options(config: MemoryConfig) -> dict[str, object]:
+    return queue_table.write_options(round(config.write_lock_timeout_seconds * 1000))
+
+
+class LeaseKeeper:
+    """The heartbeat: extends this process's claims every third of a lease."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._held: set[str] = set()
+        self._lost: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_sweep = 0.0
+
+    def hold(self, token: str) -> None:
+        with self._lock:
+            self._held.add(token)
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(
+                    target=self._run, name="memstore-queue-heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def drop(self, token: str) -> None:
+        with self._lock:
+            self._held.discard(token)
+            self._lost.discard(token)
+
+    def lost(self, token: str) -> bool:
+        with self._lock:
+            return token in self._lost
+
+    def held(self) -> list[str]:
+        with self._lock:
+            return sorted(self._held)
+
+    def stop(self) -> None:
+        self._stop.set()
+        thread = self._thread
+        if thread is not None:
+            thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(get_memory_config().queue_lease_seconds / 3):
+            self.beat()
+
+    def beat(self) -> None:
+        config = get_memory_config()
+        tokens = self.held()
+        now = utcnow()
+        try:
+            with self._engine.connect() as conn:
+                conn.execution_options(**write_transaction_options(config))
+                with conn.begin():
+                    alive = (
+                        queue_table.heartbeat(conn, tokens, now=now, lease_seconds=config.queue_lease_seconds)
+                        if tokens
+                        else set()
+                    )
+                    if now.timestamp() - self._last_sweep >= SWEEP_INTERVAL_SECONDS:
+                        queue_admin.sweep_done(conn, now)
+                        self._last_sweep = now.timestamp()
+        except SQLAlchemyError as exc:
+            logger.warning("memory queue heartbeat failed (leases expire unless it recovers): %s", exc)
+            return
+        with self._lock:
+            for token in set(tokens) - alive:
+                if token in self._held:
+                    self._lost.add(token)
+                    logger.warning(
+                        "memory queue claim %s was taken over; its remaining rows are not run", token
+                    )
+
+
+class ClaimRunner:
+    """Runs the conversations of a claim through an updater and settles each row."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        keeper: LeaseKeeper,
+        count: Callable[[str], None],
+        stopping: threading.Event,
+    ) -> None:
+        self._engine = engine
+        self._keeper = keeper
+        self._count = count
+        self._stopping = stopping
+
+    def run(self, claim: ScopeClaim, updater: LeasedUpdater) -> None:
+        self._keeper.hold(claim.token)
+        try:
+            for leased in claim.conversations:
+                if self._stopping.is_set() or self._keeper.lost(claim.token):
+                    break
+                self._run_one(leased, updater)
+        finally:
+            self._keeper.drop(claim.token)
+            self.release(claim.token)
+
+    def release(self, token: str) -> int:
+        """Give the claim back, with any row it did not get to; logged, never raised."""
+        try:
+            with self._engine.connect() as conn:
+                conn.execution_options(**write_transaction_options(get_memory_config()))
+                with conn.begin():
+                    return queue_table.release(conn, token, now=utcnow())
+        except SQLAlchemyError as exc:
+            logger.warning("could not release memory queue claim %s (it expires on its own): %s", token, exc)
+            return 0
+
+    def _run_one(self, leased: LeasedConversation, updater: LeasedUpdater) -> None:
+        item = leased.conversation
+        context = ConversationContext(
+            item.thread_id,
+            item.messages,
+            item.agent_name,
+            item.user_id,
+            item.correction_detected,
+            item.reinforcement_detected,
+            timestamp=item.captured_at,
+        )
+        config = get_memory_config()
+        try:
+            updated = updater.process(context, leased.lease)
+        except LeaseLostError as exc:
+            self._count("taken_over")
+            logger.info("memory update for thread %s not saved: %s", item.thread_id, exc)
+            return
+        except StaleDocumentError as exc:
+            self._count("skipped")
+            note = str(exc)
+            self._settle(
+                leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now, note=note)
+            )
+            return
+        except (StorageUnavailableError, LLMUnavailableError) as exc:
+            retry_after = exc.retry_after if isinstance(exc, LLMUnavailableError) else None
+            self._retry(leased, config, exc, dead=False, retry_after=retry_after)
+            return
+        except Exception as exc:
+            self._retry(leased, config, exc, dead=leased.attempts >= config.update_max_attempts)
+            return
+        self._count("updated" if updated else "skipped")
+        # A save that changed something completed the row already; this settles the rest.
+        self._settle(leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now))
+
+    def _retry(
+        self,
+        leased: LeasedConversation,
+        config: MemoryConfig,
+        exc: Exception,
+        *,
+        dead: bool,
+        retry_after: float | None = None,
+    ) -> None:
+        item = leased.conversation
+        error = f"{type(exc).__name__}: {exc}"
+        delay = jittered_delay(leased.attempts, config, retry_after)
+        if dead:
+            self._count("dead")
+            logger.error(
+                "memory update for thread %s failed %d time(s); the conversation is dead "
+                "(`memstore queue retry` runs it again): %s",
+                item.thread_id,
+                leased.attempts,
+                error,
+            )
+        else:
+            self._count("retries")
+            logger.warning(
+                "memory update for thread %s failed (attempt %d); retrying in %.1f s: %s",
+                item.thread_id,
+                leased.attempts,
+                delay,
+                error,
+            )
+        self._settle(
+            leased.lease,
+            lambda conn, now: queue_table.reschedule(
+                conn, leased.lease, now=now, due_at=now + timedelta(seconds=delay), error=error, dead=dead
+            ),
+        )
+
+    def _settle(self, lease: QueueLease, write: Callable[..., bool]) -> None:
+        try:
+            with self._engine.connect() as conn:
+                conn.execution_options(**write_transaction_options(get_memory_config()))
+                with conn.begin():
+                    write(conn, utcnow())
+        except SQLAlchemyError as exc:
+            # The lease expires and another worker runs the conversation again: nothing is lost.
+            logger.warning(
+                "could not settle queued conversation %d (it will run again): %s", lease.row_id, exc
+            )

@@ -1,0 +1,127 @@
+"""Operating the durable queue: its status, and what an operator does with dead rows.
+
+``memstore queue status|retry|purge`` and the workers' housekeeping call these; the rows
+themselves are ``queue_table``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import Connection, and_, delete, func, select, update
+
+from memstore.document import as_utc
+from memstore.storage.sql.models import queue_table as _queue
+
+THROUGHPUT_WINDOW = timedelta(minutes=15)
+"""``queue status`` reports conversations completed per minute over this window."""
+DONE_RETENTION = timedelta(hours=1)
+"""Done rows (their messages already dropped) are kept this long for the throughput figure."""
+
+
+@dataclass(frozen=True)
+class DeadRow:
+    id: int
+    thread_id: str
+    user_id: str
+    agent_name: str
+    attempts: int
+    last_error: str | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    pending: int
+    due: int
+    leased: int
+    dead: int
+    done_recent: int
+    oldest_pending_seconds: float | None
+    """Age of the oldest turn still waiting (pending or leased): the queue's lag."""
+    throughput_per_minute: float
+    dead_rows: list[DeadRow]
+
+
+def queue_status(conn: Connection, now: datetime, *, dead_limit: int = 20) -> QueueStatus:
+    counts: dict[str, int] = dict(
+        conn.execute(select(_queue.c.state, func.count()).group_by(_queue.c.state)).tuples().all()
+    )
+    due = conn.execute(
+        select(func.count()).where(_queue.c.state == "pending", _queue.c.due_at <= now)
+    ).scalar_one()
+    oldest = conn.execute(
+        select(func.min(_queue.c.pending_since)).where(_queue.c.state.in_(("pending", "leased")))
+    ).scalar_one()
+    since = now - THROUGHPUT_WINDOW
+    recent = conn.execute(
+        select(func.count()).where(_queue.c.state == "done", _queue.c.completed_at >= since)
+    ).scalar_one()
+    dead_rows = [
+        DeadRow(
+            row.id,
+            row.thread_id,
+            row.user_id,
+            row.agent_name,
+            row.attempts,
+            row.last_error,
+            as_utc(row.updated_at) or now,
+        )
+        for row in conn.execute(
+            select(
+                _queue.c.id,
+                _queue.c.thread_id,
+                _queue.c.user_id,
+                _queue.c.agent_name,
+                _queue.c.attempts,
+                _queue.c.last_error,
+                _queue.c.updated_at,
+            )
+            .where(_queue.c.state == "dead")
+            .order_by(_queue.c.updated_at.desc(), _queue.c.id.desc())
+            .limit(dead_limit)
+        )
+    ]
+    oldest_at = as_utc(oldest)
+    return QueueStatus(
+        pending=int(counts.get("pending", 0)),
+        due=int(due),
+        leased=int(counts.get("leased", 0)),
+        dead=int(counts.get("dead", 0)),
+        done_recent=int(recent),
+        oldest_pending_seconds=None if oldest_at is None else max(0.0, (now - oldest_at).total_seconds()),
+        throughput_per_minute=recent / (THROUGHPUT_WINDOW.total_seconds() / 60),
+        dead_rows=dead_rows,
+    )
+
+
+def _dead(ids: list[int] | None) -> object:
+    condition = _queue.c.state == "dead"
+    return condition if ids is None else and_(condition, _queue.c.id.in_(ids))
+
+
+def retry_dead(conn: Connection, now: datetime, ids: list[int] | None = None) -> int:
+    """Put dead rows (all, or ``ids``) back as pending and due now, with their attempts reset."""
+    return int(
+        conn.execute(
+            update(_queue)
+            .where(_dead(ids))  # type: ignore[arg-type]
+            .values(
+                state="pending", attempts=0, due_at=now, pending_since=now, latest_due_at=now, updated_at=now
+            )
+        ).rowcount
+    )
+
+
+def purge_dead(conn: Connection, ids: list[int] | None = None) -> int:
+    """Delete dead rows (all, or ``ids``): their conversations are given up for good."""
+    return int(conn.execute(delete(_queue).where(_dead(ids))).rowcount)  # type: ignore[arg-type]
+
+
+def sweep_done(conn: Connection, now: datetime) -> int:
+    """Delete done rows older than ``DONE_RETENTION``; a worker calls it now and then."""
+    cutoff = now - DONE_RETENTION
+    return int(
+        conn.execute(delete(_queue).where(_queue.c.state == "done", _queue.c.completed_at < cutoff)).rowcount
+    )
