@@ -69,6 +69,7 @@ def _register() -> None:
     from memstore.cli.facts import facts
     from memstore.cli.history import history
     from memstore.cli.maintenance import erase, vacuum
+    from memstore.cli.queue import queue, worker
     from memstore.cli.serve import serve
     from memstore.cli.show import show
     from memstore.cli.stats import stats
@@ -81,10 +82,12 @@ def _register() -> None:
     main.add_command(facts)
     main.add_command(history)
     main.add_command(import_command)
+    main.add_command(queue)
     main.add_command(serve)
     main.add_command(show)
     main.add_command(stats)
     main.add_command(vacuum)
+    main.add_command(worker)
     _add_verbose(main)
 
 

@@ -1,0 +1,127 @@
+"""``memstore worker`` and ``memstore queue``: run the durable queue, and look after it."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import signal
+import threading
+from typing import Any
+
+import click
+
+from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
+from memstore.cli.output import echo_json, echo_table
+from memstore.config import get_memory_config
+from memstore.errors import ConfigError
+from memstore.ops.queue import purge_dead, queue_status, retry_dead
+from memstore.queue.database import DatabaseUpdateQueue
+from memstore.storage.sql.engine import database_url_from_config
+
+logger = logging.getLogger(__name__)
+
+
+@click.command()
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1, max=64),
+    default=None,
+    help="Worker threads (default: queue_workers, or 4 when that is 0).",
+)
+def worker(workers: int | None) -> None:
+    """Run queue workers without a gateway, until SIGTERM or Ctrl-C.
+
+    Each worker claims one scope at a time from the database queue, runs its conversations
+    through the updater and saves them. On SIGTERM it stops claiming and waits up to
+    shutdown_timeout_seconds for running conversations; what it does not finish stays queued.
+    """
+    config = get_memory_config()
+    if config.queue_backend == "memory":
+        raise ConfigError("queue_backend is 'memory': there is no database queue for a worker to run")
+    count = workers or config.queue_workers or 4
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        logger.warning("memstore worker: %s received, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    queue = DatabaseUpdateQueue(database_url_from_config(config), workers=count)
+    click.echo(f"memstore worker: {count} worker(s) on {queue.url} as {queue.owner}", err=True)
+    while not stop.wait(1.0):
+        pass
+    finished = queue.shutdown(config.shutdown_timeout_seconds)
+    click.echo(f"memstore worker: stopped ({queue.stats.updated} updated)", err=True)
+    if not finished:
+        raise SystemExit(1)
+
+
+@click.group()
+def queue() -> None:
+    """The durable update queue: status, and dead conversations."""
+
+
+@queue.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+def status(as_json: bool) -> None:
+    """Pending, due, leased and dead conversations, the lag, and throughput."""
+    figures = queue_status()
+    if as_json:
+        echo_json(
+            {
+                **{k: v for k, v in dataclasses.asdict(figures).items() if k != "dead_rows"},
+                "dead_rows": [
+                    {**dataclasses.asdict(row), "updated_at": row.updated_at.isoformat()}
+                    for row in figures.dead_rows
+                ],
+            }
+        )
+        return
+    lag = "none" if figures.oldest_pending_seconds is None else f"{figures.oldest_pending_seconds:.1f} s"
+    click.echo(
+        f"pending: {figures.pending} (due now: {figures.due})  leased: {figures.leased}  dead: {figures.dead}"
+    )
+    click.echo(
+        f"oldest waiting turn: {lag}  throughput: {figures.throughput_per_minute:.1f}/min (last 15 min)"
+    )
+    if figures.dead_rows:
+        echo_table(
+            ("ID", "USER", "AGENT", "THREAD", "ATTEMPTS", "LAST ERROR"),
+            [
+                (row.id, row.user_id, row.agent_name, row.thread_id, row.attempts, row.last_error)
+                for row in figures.dead_rows
+            ],
+        )
+
+
+def _ids(ids: tuple[int, ...], all_dead: bool) -> list[int] | None:
+    if bool(ids) == all_dead:
+        raise click.UsageError("give dead row ids, or --all")
+    return None if all_dead else list(ids)
+
+
+@queue.command()
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all", "all_dead", is_flag=True, help="Every dead conversation.")
+def retry(ids: tuple[int, ...], all_dead: bool) -> None:
+    """Queue dead conversations again, due now (after fixing what killed them)."""
+    count = retry_dead(_ids(ids, all_dead))
+    click.echo(f"{count} dead conversation(s) queued again")
+    if not count:
+        raise SystemExit(EXIT_NOTHING_MATCHED)
+
+
+@queue.command()
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all", "all_dead", is_flag=True, help="Every dead conversation.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def purge(ids: tuple[int, ...], all_dead: bool, yes: bool) -> None:
+    """Delete dead conversations for good."""
+    selected = _ids(ids, all_dead)
+    if not yes:
+        click.confirm("Delete these dead conversations? They will not be processed", abort=True)
+    count = purge_dead(selected)
+    click.echo(f"{count} dead conversation(s) deleted")
+    if not count:
+        raise SystemExit(EXIT_NOTHING_MATCHED)
