@@ -27,13 +27,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.capture.conversation import ConversationContext
 from memstore.capture.filtering import bound_conversation
 from memstore.capture.message_access import text_only
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.errors import StorageUnavailableError
+from memstore.errors import MemstoreError, StorageUnavailableError
 from memstore.queue.contract import QueueStats
 from memstore.queue.debounced import (
     MAX_DEBOUNCE_FACTOR,
@@ -51,6 +51,7 @@ from memstore.queue.workers import (
 )
 from memstore.storage.sql import queue_table
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION, get_engine, mask_url
+from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
 from memstore.update.updater import MemoryUpdater
 
@@ -189,7 +190,7 @@ class DatabaseUpdateQueue:
                             return
                     time.sleep(FLUSH_WAIT_SECONDS)
                     continue
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, MemstoreError) as exc:
                 logger.warning("memory queue flush stopped: the database is unreachable: %s", exc)
                 return
             tried.extend(leased.lease.row_id for leased in claim.conversations)
@@ -277,6 +278,13 @@ class DatabaseUpdateQueue:
         with self._wake:
             self._wake.notify_all()
 
+    def _prepare(self) -> None:
+        """Check (or, for embedded SQLite, create) the schema once per process, as the store does."""
+        try:
+            prepare_once(self._engine, auto_migrate=get_memory_config().auto_migrate)
+        except DBAPIError as exc:
+            raise StorageUnavailableError(f"cannot reach the queue at {self.url}: {exc.orig}") from exc
+
     def _claim(
         self,
         config: MemoryConfig,
@@ -285,6 +293,7 @@ class DatabaseUpdateQueue:
         only_owner: str | None = None,
         exclude: list[int] | None = None,
     ) -> ScopeClaim | None:
+        self._prepare()
         now = utcnow()
         if not force:
             with self._engine.connect() as conn:
@@ -313,7 +322,7 @@ class DatabaseUpdateQueue:
                     updater = self._updater_factory()
                 claim = self._claim(config)
                 failures = 0
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, MemstoreError) as exc:
                 failures += 1
                 pause = min(BUFFER_RETRY_MAX_SECONDS, config.queue_poll_seconds * 2 ** min(failures, 10))
                 logger.warning(
@@ -340,6 +349,7 @@ class DatabaseUpdateQueue:
         options: dict[str, Any] = {SQLITE_WRITE_OPTION: True}
         options[SQLITE_BUSY_TIMEOUT_OPTION] = round(config.queue_enqueue_timeout_seconds * 1000)
         try:
+            self._prepare()
             with engine.connect() as conn:
                 conn.execution_options(**options)
                 with conn.begin():
@@ -355,7 +365,7 @@ class DatabaseUpdateQueue:
                             if immediately
                             else now + timedelta(seconds=MAX_DEBOUNCE_FACTOR * debounce),
                         )
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, MemstoreError) as exc:
             logger.warning("memory queue cannot write to %s; buffering in this process: %s", self.url, exc)
             return False
         return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import io
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -234,3 +235,17 @@ def _sqlite_file_exists(url: URL) -> bool:
 def _set_sqlite_foreign_keys(connection: Connection, *, enabled: bool) -> None:
     driver: Any = connection.connection.driver_connection
     driver.execute(f"PRAGMA foreign_keys = {'ON' if enabled else 'OFF'}")
+
+
+_prepared: set[str] = set()
+_prepared_lock = threading.Lock()
+
+
+def prepare_once(engine: Engine, *, auto_migrate: bool) -> None:
+    """``prepare_database`` once per database per process, not once per storage or queue."""
+    key = engine.url.render_as_string(hide_password=False)
+    with _prepared_lock:
+        if key in _prepared:
+            return
+        prepare_database(engine, auto_migrate=auto_migrate)
+        _prepared.add(key)

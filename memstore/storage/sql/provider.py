@@ -57,7 +57,7 @@ from memstore.storage.sql.engine import (
     get_engine,
     mask_url,
 )
-from memstore.storage.sql.migrate import prepare_database
+from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.sql.statements import (
     INSERT_SCOPE,
@@ -76,9 +76,6 @@ logger = logging.getLogger(__name__)
 DEFAULT_ORIGIN = "unknown"
 CLEAR_ORIGIN = "erase"
 MAX_ORIGIN = 255
-
-_prepared: set[str] = set()
-_prepared_lock = threading.Lock()
 
 
 class SqlMemoryStorage(MemoryStorage):
@@ -107,7 +104,7 @@ class SqlMemoryStorage(MemoryStorage):
         self._cache: dict[Scope, CacheEntry] = {}
         self._lock = threading.Lock()
         try:
-            _prepare_once(self._engine, auto_migrate=config.auto_migrate)
+            prepare_once(self._engine, auto_migrate=config.auto_migrate)
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
 
@@ -344,13 +341,3 @@ def _is_outage(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError):
         return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
     return isinstance(exc, SATimeoutError | DisconnectionError)
-
-
-def _prepare_once(engine: Engine, *, auto_migrate: bool) -> None:
-    """Schema check/migration once per database per process, not once per storage instance."""
-    key = engine.url.render_as_string(hide_password=False)
-    with _prepared_lock:
-        if key in _prepared:
-            return
-        prepare_database(engine, auto_migrate=auto_migrate)
-        _prepared.add(key)
