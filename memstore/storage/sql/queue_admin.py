@@ -45,9 +45,8 @@ class QueueStatus:
 
 
 def queue_status(conn: Connection, now: datetime, *, dead_limit: int = 20) -> QueueStatus:
-    counts: dict[str, int] = dict(
-        conn.execute(select(_queue.c.state, func.count()).group_by(_queue.c.state)).tuples().all()
-    )
+    by_state = select(_queue.c.state, func.count()).group_by(_queue.c.state)
+    counts: dict[str, int] = {state: count for state, count in conn.execute(by_state)}
     due = conn.execute(
         select(func.count()).where(_queue.c.state == "pending", _queue.c.due_at <= now)
     ).scalar_one()
