@@ -7,7 +7,7 @@ leases expire after ``queue_lease_seconds``.
 
 How a conversation ends, by what the updater did:
 - saved, or nothing to learn: done (the save already completed the row in its transaction);
-- ``StaleDocumentError`` (the scope was erased or cleared after the capture): done, noted;
+- ``StaleDocumentError`` (the scope was erased or cleared after the capture): the row is deleted;
 - ``LeaseLostError``: nothing, the row is another worker's now;
 - an outage or a transient endpoint error: pending again after a jittered exponential backoff
   (at least the endpoint's ``Retry-After``), however many attempts that takes;
@@ -187,11 +187,10 @@ class ClaimRunner:
             self._count("taken_over")
             logger.info("memory update for thread %s not saved: %s", item.thread_id, exc)
             return
-        except StaleDocumentError as exc:
-            self._count("skipped")
-            note = str(exc)
+        except StaleDocumentError:
+            self._count("skipped")  # the store logged why; the conversation is dropped with its row
             self._settle(
-                leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now, note=note)
+                leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now, forget=True)
             )
             return
         except (StorageUnavailableError, LLMUnavailableError) as exc:

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 from sqlalchemy import inspect, text
 
+from memstore.capture.conversation import ConversationContext
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
 from memstore.errors import StaleDocumentError
@@ -146,9 +147,32 @@ def test_erased_text_is_gone_from_the_sqlite_file(sqlite_config: MemoryConfig, s
     assert SECRET.encode() not in Path(sql_url.removeprefix("sqlite:///")).read_bytes()
 
 
+def test_erase_deletes_the_users_queued_conversations(
+    config: MemoryConfig, sql_url: str, openai_server: OpenAIStubServer
+) -> None:
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    _seed(storage)
+    openai_server.default_reply = _reply(f"alice loves {SECRET}")
+    middleware = MemoryMiddleware()
+    thread = [{"role": "user", "content": f"I love {SECRET}"}, {"role": "assistant", "content": "Noted."}]
+    middleware.after_agent(thread, thread_id="t-late", user_id="alice")
+    assert get_memory_queue().pending_count == 1
+
+    counts = erase_user("alice", storage=storage)
+    get_memory_queue().flush()
+
+    assert counts["memory_queue"] == 1
+    assert openai_server.requests == []  # nothing of hers was left to run
+    assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}
+
+
 def test_a_queued_update_processed_after_erase_does_not_recreate_the_user(
     config: MemoryConfig, sql_url: str, openai_server: OpenAIStubServer
 ) -> None:
+    """The in-process queue (which erase cannot reach) is held off by the store's fence."""
+    set_memory_config(config.model_copy(update={"queue_backend": "memory"}))
+    reset_memory_queue()
     storage = get_memory_storage()
     assert isinstance(storage, SqlMemoryStorage)
     _seed(storage)
@@ -307,19 +331,22 @@ def test_a_document_loaded_before_erase_is_refused_at_the_same_revision(
 def test_a_refused_late_update_counts_as_skipped_not_updated(
     config: MemoryConfig, sql_url: str, openai_server: OpenAIStubServer
 ) -> None:
+    """A turn captured before the erase that reaches the database queue only after it (it sat
+    in a process's outage buffer) runs, and the store's fence refuses its save."""
     storage = get_memory_storage()
     assert isinstance(storage, SqlMemoryStorage)
     _seed(storage)
     openai_server.default_reply = _reply(f"alice loves {SECRET}")
     thread = [{"role": "user", "content": f"I love {SECRET}"}, {"role": "assistant", "content": "Noted."}]
-    MemoryMiddleware().after_agent(thread, thread_id="t-late", user_id="alice")
+    captured = ConversationContext("t-late", thread, None, "alice")
     erase_user("alice", storage=storage)
     queue = get_memory_queue()
+    queue.submit(captured, immediately=True)
     queue.flush()
 
     assert len(openai_server.requests) == 1
     assert (queue.stats.updated, queue.stats.skipped) == (0, 1)
-    assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}
+    assert _rows_mentioning(sql_url, ("alice", SECRET)) == {}, "the refused row is deleted, not kept as done"
 
 
 class ErasedWhileEditing(SqlMemoryStorage):

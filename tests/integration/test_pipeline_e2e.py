@@ -8,16 +8,20 @@ from __future__ import annotations
 import html
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text as sql_text
 
 from memstore.config import FILE_STORAGE_CLASS, SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.inject.tokens import count_tokens
-from memstore.queue import get_memory_queue, reset_memory_queue
+from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
+from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.engine import database_url_from_config
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.remember_llm import remember_reply
 
@@ -101,9 +105,11 @@ def test_each_user_gets_exactly_their_own_facts(
     assert count_tokens(block, use_tiktoken=True) <= pipeline_config.max_injection_tokens
 
 
-def test_shutdown_saves_a_pending_update_before_returning(
+def test_shutdown_leaves_a_pending_update_where_it_survives(
     pipeline_config: MemoryConfig, openai_server: OpenAIStubServer
 ) -> None:
+    """The memory queue (file provider) saves it before returning; the database queue leaves it
+    queued, and the next process's queue runs it."""
     middleware = MemoryMiddleware(config=pipeline_config)
     middleware.after_agent(
         _turns(["Remember: Carol runs the night shift."])[-1], thread_id="t", user_id="carol"
@@ -112,6 +118,17 @@ def test_shutdown_saves_a_pending_update_before_returning(
     assert queue.pending_count == 1
     assert get_memory_storage().load(user_id="carol")["facts"] == []  # the 30 s debounce has not fired
     assert queue.shutdown(5) is True
+    if pipeline_config.storage_class == SQL_STORAGE_CLASS:
+        storage = get_memory_storage()
+        assert isinstance(storage, SqlMemoryStorage)
+        assert storage.load(user_id="carol")["facts"] == []
+        with storage.engine.begin() as conn:  # the debounce runs out while no process is up
+            conn.execute(sql_text("UPDATE memory_queue SET due_at = :now"), {"now": datetime.now(UTC)})
+        next_process = DatabaseUpdateQueue(database_url_from_config(pipeline_config), workers=1)
+        try:
+            assert next_process.wait_idle(timeout=30)
+        finally:
+            next_process.close()
     assert [f["content"] for f in get_memory_storage().load(user_id="carol")["facts"]] == [
         "Carol runs the night shift"
     ]

@@ -13,6 +13,7 @@ from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.gateway.user_context import get_effective_user_id, reset_current_user, set_current_user
 from memstore.queue import (
+    DatabaseUpdateQueue,
     MemoryUpdateQueue,
     get_memory_queue,
     reset_memory_queue,
@@ -370,16 +371,22 @@ def test_shutdown_returns_false_when_the_drain_fails(updater: RecordingUpdater) 
     assert [c.thread_id for c in updater.calls] == ["bad", "good"]
 
 
-def test_process_singleton_and_reset() -> None:
+def test_process_singleton_and_reset(isolated_config: MemoryConfig) -> None:
+    """A memory queue's pending work goes with a reset; the database queue's survives it."""
+    set_memory_config(isolated_config.model_copy(update={"queue_backend": "memory"}))
     first = get_memory_queue()
-    assert get_memory_queue() is first
+    assert isinstance(first, MemoryUpdateQueue) and get_memory_queue() is first
     first.add(thread_id="t", messages=_turn("a"))
 
     reset_memory_queue()
 
     assert first.pending_count == 0
-    second = get_memory_queue()
-    assert second is not first
+    set_memory_config(isolated_config)
+    durable = get_memory_queue()
+    assert isinstance(durable, DatabaseUpdateQueue)
+    durable.add(thread_id="t", messages=_turn("a"))
+    reset_memory_queue()
+    assert durable.pending_count == 1, "queued in the database, not in the discarded object"
 
     custom = MemoryUpdateQueue(RecordingUpdater().factory)
     set_memory_queue(custom)

@@ -25,6 +25,7 @@ from sqlalchemy import Connection, and_, case, delete, func, literal, null, or_,
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
+from memstore.document import as_utc
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION
 from memstore.storage.sql.models import claims_table as _claims
 from memstore.storage.sql.models import queue_table as _queue
@@ -304,7 +305,7 @@ def _lease_rows(
                 messages=list(row.messages),
                 correction_detected=bool(row.correction_detected),
                 reinforcement_detected=bool(row.reinforcement_detected),
-                captured_at=row.captured_at,
+                captured_at=as_utc(row.captured_at),
             ),
             QueueLease(row.id, token, row.generation),
             row.attempts,
@@ -333,17 +334,23 @@ def heartbeat(conn: Connection, tokens: Sequence[str], *, now: datetime, lease_s
     return alive
 
 
-def complete(conn: Connection, lease: QueueLease, *, now: datetime, note: str | None = None) -> bool:
+def complete(conn: Connection, lease: QueueLease, *, now: datetime, forget: bool = False) -> bool:
     """Mark the leased row done, or pending again if a newer generation arrived; ``False`` if lost.
 
-    A done row keeps no messages: the conversation's text is not kept past its processing.
+    A done row keeps no messages: the conversation's text is not kept past its processing. With
+    ``forget`` (its save was refused because the scope was erased or cleared), the row is
+    deleted instead, so an erased user's id does not linger in the queue either.
     """
     mine = and_(_queue.c.id == lease.row_id, _queue.c.lease_token == lease.token, _queue.c.state == "leased")
-    done = conn.execute(
-        update(_queue)
-        .where(mine, _queue.c.generation == lease.generation)
-        .values(state="done", messages=[], completed_at=now, last_error=note, **_unleased(now))
-    ).rowcount
+    this_generation = and_(mine, _queue.c.generation == lease.generation)
+    if forget:
+        done = conn.execute(delete(_queue).where(this_generation)).rowcount
+    else:
+        done = conn.execute(
+            update(_queue)
+            .where(this_generation)
+            .values(state="done", messages=[], completed_at=now, last_error=None, **_unleased(now))
+        ).rowcount
     if done:
         return True
     newer = conn.execute(update(_queue).where(mine).values(state="pending", attempts=0, **_unleased(now)))
@@ -367,9 +374,10 @@ def reschedule(
             conn.execute(update(_queue).where(mine).values(state="pending", attempts=0, **values)).rowcount
         )
     later = _greatest(conn)(_queue.c.due_at, due_at)
-    return bool(
-        conn.execute(update(_queue).where(mine).values(state="pending", due_at=later, **values)).rowcount
-    )
+    # The backoff also caps debouncing: a new turn may bring the retry forward to its debounce,
+    # but a stream of turns cannot turn a failing conversation into a tight retry loop.
+    retry = {"due_at": later, "latest_due_at": _greatest(conn)(_queue.c.latest_due_at, due_at)}
+    return bool(conn.execute(update(_queue).where(mine).values(state="pending", **retry, **values)).rowcount)
 
 
 def release(conn: Connection, token: str, *, now: datetime) -> int:
