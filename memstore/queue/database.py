@@ -16,30 +16,27 @@ still held: whatever it did not finish stays queued for the next worker.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import threading
 import time
 import uuid
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.capture.conversation import ConversationContext
-from memstore.capture.filtering import bound_conversation
-from memstore.capture.message_access import text_only
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import MemstoreError, StorageUnavailableError
 from memstore.queue.contract import QueueStats
 from memstore.queue.debounced import (
     MAX_DEBOUNCE_FACTOR,
-    MAX_QUEUED_CONVERSATION_CHARS,
-    MAX_QUEUED_MESSAGE_CHARS,
 )
+from memstore.queue.enqueue import BoundedCalls, enqueue_engine, queued_conversation
 from memstore.queue.outage_buffer import OutageBuffer
 from memstore.queue.workers import (
     ClaimRunner,
@@ -66,20 +63,6 @@ def _default_updater() -> LeasedUpdater:
     return MemoryUpdater()
 
 
-def enqueue_engine(url: str, timeout: float) -> Engine:
-    """An engine whose every wait is bounded by ``timeout``: the request path's own pool."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "postgresql":
-        return get_engine(url)
-    ms = round(timeout * 1000)
-    # libpq counts connect_timeout in whole seconds (and treats 1 as 2).
-    query = {
-        "connect_timeout": str(max(2, math.ceil(timeout))),
-        "options": f"-c statement_timeout={ms} -c lock_timeout={ms}",
-    }
-    return get_engine(parsed.update_query_dict(query))
-
-
 class DatabaseUpdateQueue:
     """The process's handle on the shared queue; see the module docstring."""
 
@@ -103,6 +86,7 @@ class DatabaseUpdateQueue:
         self._keeper = LeaseKeeper(self._engine)
         self._runner = ClaimRunner(self._engine, self._keeper, self._count, self._stopping)
         self._buffer = OutageBuffer()
+        self._enqueuer = BoundedCalls("memstore-enqueue")
         self._buffer_thread: threading.Thread | None = None
         self._closed = False
         self._flush_updater: LeasedUpdater | None = None
@@ -161,8 +145,24 @@ class DatabaseUpdateQueue:
         if self._closed:
             logger.warning("memory queue is shut down; dropping the update for thread %s", context.thread_id)
             return
-        item = _queued(context)
-        if not self._buffer.empty() or not self._write([(item, immediately)], config, self._enqueue_engine):
+        item = queued_conversation(context)
+        if not self._buffer.empty():
+            self._to_buffer(item, immediately, config)
+            return
+        write = self._enqueuer.run(self._write, [(item, immediately)], config, self._enqueue_engine)
+        try:
+            written = write.result(timeout=config.queue_enqueue_timeout_seconds)
+        except FutureTimeout:
+            # A hung server (not a refused connection) enforces no timeout of its own.
+            logger.warning(
+                "memory queue: %s did not answer within %.1f s; buffering in this process",
+                self.url,
+                config.queue_enqueue_timeout_seconds,
+            )
+            self._to_buffer(item, immediately, config)
+            write.add_done_callback(lambda late: self._forget_if_written(late, item))
+            return
+        if not written:
             self._to_buffer(item, immediately, config)
             return
         self._count("accepted")
@@ -388,6 +388,11 @@ class DatabaseUpdateQueue:
                 )
                 self._buffer_thread.start()
 
+    def _forget_if_written(self, late: Future[bool], item: QueuedConversation) -> None:
+        """A write that outlived its wait did land after all: the buffer need not write it again."""
+        if late.exception() is None and late.result():
+            self._buffer.forget(item)
+
     def _write_buffer(self, config: MemoryConfig) -> bool:
         """Write the buffered turns in one transaction; ``True`` once the buffer is empty."""
         items = self._buffer.snapshot()
@@ -410,21 +415,3 @@ class DatabaseUpdateQueue:
             self._stopping.wait(
                 min(BUFFER_RETRY_MAX_SECONDS, config.queue_poll_seconds * 2 ** min(failures - 1, 10))
             )
-
-
-def _queued(context: ConversationContext) -> QueuedConversation:
-    """The conversation as a queue row keeps it: text only, trimmed to the queue's caps."""
-    bounded = bound_conversation(
-        context.messages,
-        max_message_chars=MAX_QUEUED_MESSAGE_CHARS,
-        max_total_chars=MAX_QUEUED_CONVERSATION_CHARS,
-    )
-    return QueuedConversation(
-        thread_id=context.thread_id,
-        user_id=context.user_id,
-        agent_name=context.agent_name,
-        messages=[text_only(message) for message in bounded],
-        correction_detected=context.correction_detected,
-        reinforcement_detected=context.reinforcement_detected,
-        captured_at=context.timestamp,
-    )

@@ -59,6 +59,16 @@ class OutageBuffer:
             self._budget.put(key, chars)
             return None
 
+    def forget(self, item: QueuedConversation) -> None:
+        """Drop ``item`` if it is still the buffered turn for its key (it reached the database)."""
+        key = _key(item)
+        with self._lock:
+            entry = self._items.get(key)
+            if entry is not None and entry[0] is item:
+                del self._items[key]
+                self._budget.take([key])
+                self._budget.batch_done()
+
     def snapshot(self) -> list[Buffered]:
         with self._lock:
             return list(self._items.values())

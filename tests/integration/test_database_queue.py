@@ -24,7 +24,7 @@ from memstore.config import MemoryConfig, set_memory_config
 from memstore.errors import LeaseLostError
 from memstore.queries import erase_user
 from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
-from memstore.queue.database import enqueue_engine
+from memstore.queue.enqueue import enqueue_engine
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage, queue_table
 from memstore.storage.sql.engine import get_engine

@@ -1,0 +1,100 @@
+"""The request path's side of the database queue: what a row holds, and a wait with a bound.
+
+``queue_enqueue_timeout_seconds`` bounds each write twice over. The server enforces it (the
+request path's own PostgreSQL engine sets ``statement_timeout``, ``lock_timeout`` and
+``connect_timeout``; SQLite's busy timeout), and the caller stops waiting after it
+(``BoundedCalls``), because a server that hangs instead of refusing enforces nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+
+from memstore.capture.conversation import ConversationContext
+from memstore.capture.filtering import bound_conversation
+from memstore.capture.message_access import text_only
+from memstore.queue.debounced import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS
+from memstore.storage.sql.engine import get_engine
+from memstore.storage.sql.queue_table import QueuedConversation
+
+T = TypeVar("T")
+ENQUEUE_THREADS = 2
+"""Threads that run request-path writes; while both hang, turns go straight to the buffer."""
+
+
+def enqueue_engine(url: str, timeout: float) -> Engine:
+    """An engine whose server-side waits are bounded by ``timeout``: the request path's own pool."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        return get_engine(url)
+    ms = round(timeout * 1000)
+    # libpq counts connect_timeout in whole seconds (and treats 1 as 2).
+    query = {
+        "connect_timeout": str(max(2, math.ceil(timeout))),
+        "options": f"-c statement_timeout={ms} -c lock_timeout={ms}",
+    }
+    return get_engine(parsed.update_query_dict(query))
+
+
+def queued_conversation(context: ConversationContext) -> QueuedConversation:
+    """The conversation as a queue row keeps it: text only, trimmed to the queue's caps."""
+    bounded = bound_conversation(
+        context.messages,
+        max_message_chars=MAX_QUEUED_MESSAGE_CHARS,
+        max_total_chars=MAX_QUEUED_CONVERSATION_CHARS,
+    )
+    return QueuedConversation(
+        thread_id=context.thread_id,
+        user_id=context.user_id,
+        agent_name=context.agent_name,
+        messages=[text_only(message) for message in bounded],
+        correction_detected=context.correction_detected,
+        reinforcement_detected=context.reinforcement_detected,
+        captured_at=context.timestamp,
+    )
+
+
+class BoundedCalls:
+    """Runs calls on daemon threads and hands back a ``Future`` the caller waits on with a timeout.
+
+    Daemon threads, unlike ``ThreadPoolExecutor``'s, do not hold up interpreter exit while a
+    write hangs on a stopped server.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = (
+            queue.SimpleQueue()
+        )
+        self._name = name
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+
+    def run(self, function: Callable[..., T], *args: Any) -> Future[T]:
+        future: Future[T] = Future()
+        with self._lock:
+            if len(self._threads) < ENQUEUE_THREADS:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        self._jobs.put((future, function, args))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            future, function, args = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function(*args))
+            except BaseException as exc:
+                future.set_exception(exc)
