@@ -250,19 +250,30 @@ class DatabaseUpdateQueue:
         self._notify()
         for thread in self._threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        released = sum(self._runner.release(token) for token in self._keeper.held())
-        if released:
-            logger.info(
-                "memory queue shutdown: %d running conversation(s) released for another worker", released
-            )
+        config = get_memory_config()
+        # The last writes get their own bound: a hung server must not hold the process's exit.
+        wrap_up = self._enqueuer.run(self._wrap_up, config)
+        remaining = 0.0 if deadline is None else deadline - time.monotonic()
+        try:
+            wrap_up.result(timeout=max(remaining, config.queue_enqueue_timeout_seconds))
+        except FutureTimeout:
+            logger.error("memory queue shutdown: the database did not answer; leases expire on their own")
         self._keeper.stop()
-        self._write_buffer(get_memory_config())
         lost = len(self._buffer)
         if lost:
             logger.error(
                 "memory queue shutdown: the database is unreachable; %d buffered conversation(s) lost", lost
             )
         return lost == 0
+
+    def _wrap_up(self, config: MemoryConfig) -> None:
+        """Give back the claims still held, then write what the buffer holds."""
+        released = sum(self._runner.release(token) for token in self._keeper.held())
+        if released:
+            logger.info(
+                "memory queue shutdown: %d running conversation(s) released for another worker", released
+            )
+        self._write_buffer(config)
 
     def close(self) -> None:
         """Stop at once (tests, a config change): claims are released, the rows stay queued."""
