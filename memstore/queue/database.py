@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
@@ -46,7 +47,7 @@ from memstore.queue.workers import (
     utcnow,
     write_transaction_options,
 )
-from memstore.storage.sql import queue_table
+from memstore.storage.sql import queue_claims, queue_table
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION, get_engine, mask_url
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
@@ -150,9 +151,13 @@ class DatabaseUpdateQueue:
             self._to_buffer(item, immediately, config)
             return
         write = self._enqueuer.run(self._write, [(item, immediately)], config, self._enqueue_engine)
+        if write is None:  # every request-path writer is stuck on the database
+            self._to_buffer(item, immediately, config)
+            return
         try:
             written = write.result(timeout=config.queue_enqueue_timeout_seconds)
         except FutureTimeout:
+            write.cancel()  # if it has not started, it never will
             # A hung server (not a refused connection) enforces no timeout of its own.
             logger.warning(
                 "memory queue: %s did not answer within %.1f s; buffering in this process",
@@ -188,6 +193,7 @@ class DatabaseUpdateQueue:
                     with self._engine.connect() as conn:
                         if not queue_table.unsettled(conn, owner=self.owner, exclude=tried):
                             return
+                    # Another worker runs one of ours: wait for it with reads, not write transactions.
                     time.sleep(FLUSH_WAIT_SECONDS)
                     continue
             except (SQLAlchemyError, MemstoreError) as exc:
@@ -210,10 +216,13 @@ class DatabaseUpdateQueue:
 
     @property
     def pending_count(self) -> int:
-        """Conversations waiting or running in the shared queue (every process's), plus the buffer."""
+        """Conversations this process queued that wait or run (in the database or the buffer).
+
+        ``memstore queue status`` counts every process's.
+        """
         try:
             with self._engine.connect() as conn:
-                stored = queue_table.unsettled(conn)
+                stored = queue_table.unsettled(conn, owner=self.owner)
         except SQLAlchemyError as exc:
             raise StorageUnavailableError(
                 f"cannot count the queued conversations at {self.url}: {exc}"
@@ -230,7 +239,7 @@ class DatabaseUpdateQueue:
             return QueueStats(**self._counts)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until the shared queue holds nothing pending or running; ``False`` on timeout."""
+        """Wait until ``pending_count`` is 0 (the workers of any process ran them); ``False`` on timeout."""
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while self.pending_count:
             if deadline is not None and time.monotonic() >= deadline:
@@ -252,11 +261,13 @@ class DatabaseUpdateQueue:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
         config = get_memory_config()
         # The last writes get their own bound: a hung server must not hold the process's exit.
-        wrap_up = self._enqueuer.run(self._wrap_up, config)
-        remaining = 0.0 if deadline is None else deadline - time.monotonic()
-        try:
-            wrap_up.result(timeout=max(remaining, config.queue_enqueue_timeout_seconds))
-        except FutureTimeout:
+        wrap_up = threading.Thread(
+            target=self._wrap_up, args=(config,), name="memstore-queue-close", daemon=True
+        )
+        wrap_up.start()
+        remaining = None if deadline is None else deadline - time.monotonic()
+        wrap_up.join(None if remaining is None else max(remaining, config.queue_enqueue_timeout_seconds))
+        if wrap_up.is_alive():
             logger.error("memory queue shutdown: the database did not answer; leases expire on their own")
         self._keeper.stop()
         lost = len(self._buffer)
@@ -302,25 +313,24 @@ class DatabaseUpdateQueue:
         *,
         force: bool = False,
         only_owner: str | None = None,
-        exclude: list[int] | None = None,
+        exclude: Sequence[int] = (),
     ) -> ScopeClaim | None:
         self._prepare()
         now = utcnow()
-        if not force:
-            with self._engine.connect() as conn:
-                if not queue_table.has_claimable(conn, now):
-                    return None
+        with self._engine.connect() as conn:
+            if not queue_claims.has_claimable(conn, now, force=force, owner=only_owner, exclude=exclude):
+                return None
         with self._engine.connect() as conn:
             conn.execution_options(**write_transaction_options(config))
             with conn.begin():
-                return queue_table.claim(
+                return queue_claims.claim(
                     conn,
                     owner=self.owner,
                     now=now,
                     lease_seconds=config.queue_lease_seconds,
                     force=force,
                     only_owner=only_owner,
-                    exclude=exclude or (),
+                    exclude=exclude,
                 )
 
     def _work(self) -> None:

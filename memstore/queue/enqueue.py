@@ -27,7 +27,7 @@ from memstore.storage.sql.queue_table import QueuedConversation
 
 T = TypeVar("T")
 ENQUEUE_THREADS = 2
-"""Threads that run request-path writes; while both hang, turns go straight to the buffer."""
+"""Threads that run request-path writes; while both are busy (hung), turns go to the buffer."""
 
 
 def enqueue_engine(url: str, timeout: float) -> Engine:
@@ -74,27 +74,33 @@ class BoundedCalls:
             queue.SimpleQueue()
         )
         self._name = name
-        self._threads: list[threading.Thread] = []
+        self._threads = 0
+        self._idle = 0
         self._lock = threading.Lock()
 
-    def run(self, function: Callable[..., T], *args: Any) -> Future[T]:
+    def run(self, function: Callable[..., T], *args: Any) -> Future[T] | None:
+        """The call's future, or ``None`` when every thread is busy (stuck): the caller moves on."""
         future: Future[T] = Future()
         with self._lock:
-            if len(self._threads) < ENQUEUE_THREADS:
-                thread = threading.Thread(
-                    target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True
-                )
-                thread.start()
-                self._threads.append(thread)
+            if self._idle == 0:
+                if self._threads >= ENQUEUE_THREADS:
+                    return None
+                self._threads += 1
+                threading.Thread(
+                    target=self._serve, name=f"{self._name}-{self._threads}", daemon=True
+                ).start()
+            else:
+                self._idle -= 1
         self._jobs.put((future, function, args))
         return future
 
     def _serve(self) -> None:
         while True:
             future, function, args = self._jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(function(*args))
-            except BaseException as exc:
-                future.set_exception(exc)
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(function(*args))
+                except BaseException as exc:
+                    future.set_exception(exc)
+            with self._lock:
+                self._idle += 1

@@ -11,13 +11,17 @@ How a conversation ends, by what the updater did:
 - ``LeaseLostError``: nothing, the row is another worker's now;
 - an outage or a transient endpoint error: pending again after a jittered exponential backoff
   (at least the endpoint's ``Retry-After``), however many attempts that takes;
-- anything else: the same backoff, and dead once it has been tried ``update_max_attempts`` times.
+- anything else: the same backoff, and dead once it has failed so ``update_max_attempts`` times
+  (outages and transient errors do not count towards that).
+
+A ``Retry-After`` also pauses this process's other workers before their next LLM call.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -34,7 +38,7 @@ from memstore.errors import (
     StorageUnavailableError,
 )
 from memstore.queue.retry import jittered_delay
-from memstore.storage.sql import queue_admin, queue_table
+from memstore.storage.sql import queue_admin, queue_claims, queue_table
 from memstore.storage.sql.queue_table import LeasedConversation, QueueLease, ScopeClaim
 
 logger = logging.getLogger(__name__)
@@ -58,6 +62,28 @@ def utcnow() -> datetime:
 
 def write_transaction_options(config: MemoryConfig) -> dict[str, object]:
     return queue_table.write_options(round(config.write_lock_timeout_seconds * 1000))
+
+
+class EndpointPause:
+    """The endpoint's ``Retry-After`` holds every worker of this process, not only the one told.
+
+    A process's workers all call the one configured endpoint, so one gate per queue is one per
+    endpoint. Other processes learn it from their own 429s.
+    """
+
+    def __init__(self) -> None:
+        self._until = 0.0
+        self._lock = threading.Lock()
+
+    def pause(self, seconds: float) -> None:
+        with self._lock:
+            self._until = max(self._until, time.monotonic() + seconds)
+
+    def wait(self, stopping: threading.Event) -> None:
+        with self._lock:
+            remaining = self._until - time.monotonic()
+        if remaining > 0:
+            stopping.wait(remaining)
 
 
 class LeaseKeeper:
@@ -102,7 +128,11 @@ class LeaseKeeper:
 
     def _run(self) -> None:
         while not self._stop.wait(get_memory_config().queue_lease_seconds / 3):
-            self.beat()
+            try:
+                self.beat()
+            except Exception:
+                # Never let the heartbeat die quietly: every lease of this process would expire.
+                logger.exception("memory queue heartbeat failed; trying again at the next beat")
 
     def beat(self) -> None:
         config = get_memory_config()
@@ -113,7 +143,9 @@ class LeaseKeeper:
                 conn.execution_options(**write_transaction_options(config))
                 with conn.begin():
                     alive = (
-                        queue_table.heartbeat(conn, tokens, now=now, lease_seconds=config.queue_lease_seconds)
+                        queue_claims.heartbeat(
+                            conn, tokens, now=now, lease_seconds=config.queue_lease_seconds
+                        )
                         if tokens
                         else set()
                     )
@@ -146,6 +178,7 @@ class ClaimRunner:
         self._keeper = keeper
         self._count = count
         self._stopping = stopping
+        self._pause = EndpointPause()
 
     def run(self, claim: ScopeClaim, updater: LeasedUpdater) -> None:
         self._keeper.hold(claim.token)
@@ -181,6 +214,7 @@ class ClaimRunner:
             timestamp=item.captured_at,
         )
         config = get_memory_config()
+        self._pause.wait(self._stopping)
         try:
             updated = updater.process(context, leased.lease)
         except LeaseLostError as exc:
@@ -195,10 +229,12 @@ class ClaimRunner:
             return
         except (StorageUnavailableError, LLMUnavailableError) as exc:
             retry_after = exc.retry_after if isinstance(exc, LLMUnavailableError) else None
-            self._retry(leased, config, exc, dead=False, retry_after=retry_after)
+            if retry_after:
+                self._pause.pause(retry_after)
+            self._retry(leased, config, exc, permanent=False, retry_after=retry_after)
             return
         except Exception as exc:
-            self._retry(leased, config, exc, dead=leased.attempts >= config.update_max_attempts)
+            self._retry(leased, config, exc, permanent=True)
             return
         self._count("updated" if updated else "skipped")
         # A save that changed something completed the row already; this settles the rest.
@@ -210,11 +246,12 @@ class ClaimRunner:
         config: MemoryConfig,
         exc: Exception,
         *,
-        dead: bool,
+        permanent: bool,
         retry_after: float | None = None,
     ) -> None:
         item = leased.conversation
         error = f"{type(exc).__name__}: {exc}"
+        dead = permanent and leased.failures + 1 >= config.update_max_attempts
         delay = jittered_delay(leased.attempts, config, retry_after)
         if dead:
             self._count("dead")
@@ -222,7 +259,7 @@ class ClaimRunner:
                 "memory update for thread %s failed %d time(s); the conversation is dead "
                 "(`memstore queue retry` runs it again): %s",
                 item.thread_id,
-                leased.attempts,
+                leased.failures + 1,
                 error,
             )
         else:
@@ -237,7 +274,13 @@ class ClaimRunner:
         self._settle(
             leased.lease,
             lambda conn, now: queue_table.reschedule(
-                conn, leased.lease, now=now, due_at=now + timedelta(seconds=delay), error=error, dead=dead
+                conn,
+                leased.lease,
+                now=now,
+                due_at=now + timedelta(seconds=delay),
+                error=error,
+                permanent=permanent,
+                dead=dead,
             ),
         )
 

@@ -26,9 +26,9 @@ from memstore.queries import erase_user
 from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.queue.enqueue import enqueue_engine
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.storage.sql import SqlMemoryStorage, queue_table
+from memstore.storage.sql import SqlMemoryStorage, queue_claims, queue_table
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.queue_table import QueuedConversation
+from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
 from memstore.update.updater import MemoryUpdater
 
 
@@ -120,11 +120,11 @@ def _utc(value: Any) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _claim(engine: Engine, owner: str, now: datetime, lease: float = 30.0) -> queue_table.ScopeClaim | None:
+def _claim(engine: Engine, owner: str, now: datetime, lease: float = 30.0) -> ScopeClaim | None:
     with engine.connect() as conn:
         conn.execution_options(**queue_table.write_options(5000))
         with conn.begin():
-            return queue_table.claim(conn, owner=owner, now=now, lease_seconds=lease)
+            return queue_claims.claim(conn, owner=owner, now=now, lease_seconds=lease)
 
 
 def test_one_claim_per_scope_until_it_expires(configured: MemoryConfig, engine: Engine) -> None:
@@ -214,7 +214,7 @@ def test_flush_runs_only_this_process_queue(configured: MemoryConfig, sql_url: s
         ours.flush()
 
         assert _facts("alice") == ["User prefers tea"] and _facts("bob") == []
-        assert ours.pending_count == 1, "the count is the shared queue's"
+        assert ours.pending_count == 0 and other.pending_count == 1, "each counts what it queued"
     finally:
         other.close()
 

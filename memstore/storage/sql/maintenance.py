@@ -34,6 +34,14 @@ def erased_at(conn: Connection, user_id: str) -> datetime | None:
     ).scalar_one_or_none()
 
 
+def lock_user(conn: Connection, user_id: str | None) -> None:
+    """PostgreSQL: a transaction lock on ``user_id`` that an erase and a save creating one of the
+    user's scopes both take, so neither misses the other. Transaction-scoped, so it is safe
+    behind connection poolers in transaction mode; a hash collision only serialises two users."""
+    if user_id is not None and conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(user_id, 0))))
+
+
 def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
     """Delete every row of ``user_id`` in one transaction; returns the rows deleted per table."""
     sqlite = engine.dialect.name == "sqlite"
@@ -47,6 +55,7 @@ def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
         conn.execution_options(**{SQLITE_WRITE_OPTION: True})
         try:
             with conn.begin():
+                lock_user(conn, user_id)
                 scope_ids = list(
                     conn.execute(select(_scopes.c.id).where(_scopes.c.user_id == user_id).with_for_update())
                     .scalars()

@@ -205,12 +205,16 @@ class MemoryQueueItem(Base):
     state: Mapped[str] = mapped_column(String(8), nullable=False)
     generation: Mapped[int] = mapped_column(Integer, nullable=False)
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    # Failures that retrying will not fix (a malformed reply): dead at ``update_max_attempts``.
+    failures: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     captured_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
     # When the oldest turn not yet processed arrived (the queue's lag is measured from it).
     pending_since: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
     due_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
     # pending_since + 2 x debounce: however busy the conversation, it is due by then.
     latest_due_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+    # A retry's backoff (or the endpoint's Retry-After): no new turn brings ``due_at`` before it.
+    not_before: Mapped[datetime | None] = mapped_column(Timestamp)
     lease_owner: Mapped[str | None] = mapped_column(String(128))
     lease_token: Mapped[str | None] = mapped_column(String(32))
     lease_expires_at: Mapped[datetime | None] = mapped_column(Timestamp)

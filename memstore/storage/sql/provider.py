@@ -276,6 +276,9 @@ class SqlMemoryStorage(MemoryStorage):
                 scope_row = conn.execute(LOCK_QUERY, keys).first()
                 created = scope_row is None
                 if scope_row is None:
+                    # No row to lock yet: serialise with an erase of this user, which could not see
+                    # the scope this transaction is about to create (PostgreSQL; SQLite has one writer).
+                    maintenance.lock_user(conn, scope[0])
                     conn.execute(
                         self._insert_scope, {"user_id": scope[0], "agent_name": scope[1], "now": now}
                     )

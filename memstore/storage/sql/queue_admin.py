@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, and_, delete, func, select, update
 
 from memstore.document import as_utc
+from memstore.storage.sql.models import claims_table as _claims
 from memstore.storage.sql.models import queue_table as _queue
 
 THROUGHPUT_WINDOW = timedelta(minutes=15)
@@ -119,8 +120,13 @@ def purge_dead(conn: Connection, ids: list[int] | None = None) -> int:
 
 
 def sweep_done(conn: Connection, now: datetime) -> int:
-    """Delete done rows older than ``DONE_RETENTION``; a worker calls it now and then."""
+    """Delete done rows, and claims a crashed worker left, older than ``DONE_RETENTION``.
+
+    The heartbeat thread calls it now and then. An expired claim is free for the taking anyway;
+    deleting it only keeps the table from growing by one row per crash.
+    """
     cutoff = now - DONE_RETENTION
+    conn.execute(delete(_claims).where(_claims.c.lease_expires_at < cutoff))
     return int(
         conn.execute(delete(_queue).where(_queue.c.state == "done", _queue.c.completed_at < cutoff)).rowcount
     )

@@ -1,10 +1,7 @@
-"""The durable update queue's rows: enqueue, claim, heartbeat and settle.
+"""The durable update queue's rows: enqueue, and settle what a worker leased.
 
 A conversation is one ``memory_queue`` row per ``(thread_id, user_id, agent_name)``; enqueueing
-again replaces its messages and bumps its ``generation``. A worker first claims a whole scope
-in ``memory_queue_claims`` (an INSERT, or the take-over of an expired claim, that the primary
-key makes exclusive), then leases that scope's due rows under the same token, skipping rows
-another transaction holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite serialises writers).
+again replaces its messages and bumps its ``generation``. Claiming is ``queue_claims``'.
 
 Settling a row checks its token: a worker whose lease expired and was taken over matches no
 row, so it cannot complete, retry or kill what another worker now owns. The save that applies
@@ -15,25 +12,21 @@ them in sync (NTP) to well within a lease.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, and_, case, delete, func, literal, null, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
-from memstore.document import as_utc
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION
 from memstore.storage.sql.models import claims_table as _claims
 from memstore.storage.sql.models import queue_table as _queue
 
 NO_ID = ""
 """``user_id`` / ``agent_name`` of a queued conversation without one ('' is never a valid id)."""
-CLAIM_CANDIDATES = 16
-"""Scopes a claim looks at before giving up: enough to get past scopes claimed meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +57,8 @@ class LeasedConversation:
     lease: QueueLease
     attempts: int
     """Claims of this row so far, this one included."""
+    failures: int
+    """Earlier failures that retrying would not fix (``update_max_attempts`` counts these)."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +74,7 @@ def write_options(busy_timeout_ms: int) -> dict[str, Any]:
     return {SQLITE_WRITE_OPTION: True, SQLITE_BUSY_TIMEOUT_OPTION: busy_timeout_ms}
 
 
-def _insert_for(conn: Connection) -> Any:
+def insert_for(conn: Connection) -> Any:
     return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
 
 
@@ -95,10 +90,11 @@ def enqueue(
     """Insert the conversation, or fold it into its pending row (one statement).
 
     A pending row keeps the earlier of its own and the new ``due_at``, and never moves past the
-    ``latest_due_at`` fixed when it first became pending (the starvation cap). A leased row gets
-    the new messages for its next generation; a done or dead row starts afresh.
+    ``latest_due_at`` fixed when it first became pending (the starvation cap) nor before a
+    retry's ``not_before``. A leased row gets the new messages for its next generation; a done or
+    dead row starts afresh. A turn captured before the stored one changes nothing.
     """
-    insert = _insert_for(conn)(_queue).values(
+    insert = insert_for(conn)(_queue).values(
         thread_id=item.thread_id,
         user_id=item.user_id or NO_ID,
         agent_name=item.agent_name or NO_ID,
@@ -119,6 +115,7 @@ def enqueue(
     new = insert.excluded
     pending = _queue.c.state == "pending"
     settled = _queue.c.state.in_(("done", "dead"))
+    debounced = _least(conn)(new.due_at, _queue.c.latest_due_at)
     statement = insert.on_conflict_do_update(
         index_elements=[_queue.c.thread_id, _queue.c.user_id, _queue.c.agent_name],
         set_={
@@ -131,15 +128,22 @@ def enqueue(
             "generation": _queue.c.generation + 1,
             "state": _case(settled, literal("pending"), _queue.c.state),
             "attempts": _case(settled, literal(0), _queue.c.attempts),
+            "failures": _case(settled, literal(0), _queue.c.failures),
+            "not_before": _case(settled, null(), _queue.c.not_before),
             "last_error": _case(settled, null(), _queue.c.last_error),
             "completed_at": None,
             "captured_at": new.captured_at,
             "pending_since": _case(pending, _queue.c.pending_since, new.pending_since),
             "latest_due_at": _case(pending, _queue.c.latest_due_at, new.latest_due_at),
-            "due_at": _case(pending, _least(conn)(new.due_at, _queue.c.latest_due_at), new.due_at),
+            # A retry's backoff holds against new turns: only the conversation's own debounce moves.
+            "due_at": _case(
+                pending, _greatest(conn)(debounced, func.coalesce(_queue.c.not_before, debounced)), new.due_at
+            ),
             "enqueued_by": new.enqueued_by,
             "updated_at": new.updated_at,
         },
+        # A write that arrives late (it outlived the request's wait) never replaces a newer turn.
+        where=_queue.c.captured_at <= new.captured_at,
     )
     conn.execute(statement)
 
@@ -161,179 +165,6 @@ def _sticky(settled: Any, stored: Any, incoming: Any) -> Any:
     return _case(settled, incoming, or_(stored, incoming))
 
 
-def claimable(now: datetime, *, force: bool, owner: str | None, exclude: Sequence[int] = ()) -> Any:
-    """Rows a worker may lease: pending and due (any time with ``force``), or leased and expired."""
-    due = _queue.c.state == "pending"
-    if not force:
-        due = and_(due, _queue.c.due_at <= now)
-    expired = and_(_queue.c.state == "leased", _queue.c.lease_expires_at < now)
-    condition = or_(due, expired)
-    if owner is not None:
-        condition = and_(condition, _queue.c.enqueued_by == owner)
-    if exclude:
-        condition = and_(condition, _queue.c.id.not_in(list(exclude)))
-    return condition
-
-
-def has_claimable(conn: Connection, now: datetime) -> bool:
-    """The cheap read a polling worker makes before it opens a write transaction."""
-    row = conn.execute(select(_queue.c.id).where(claimable(now, force=False, owner=None)).limit(1)).first()
-    return row is not None
-
-
-def claim(
-    conn: Connection,
-    *,
-    owner: str,
-    now: datetime,
-    lease_seconds: float,
-    force: bool = False,
-    only_owner: str | None = None,
-    exclude: Sequence[int] = (),
-) -> ScopeClaim | None:
-    """Claim one scope with claimable rows and lease them; run inside the caller's transaction."""
-    condition = claimable(now, force=force, owner=only_owner, exclude=exclude)
-    held = (
-        select(_claims.c.user_id)
-        .where(
-            _claims.c.user_id == _queue.c.user_id,
-            _claims.c.agent_name == _queue.c.agent_name,
-            _claims.c.lease_expires_at >= now,
-        )
-        .exists()
-    )
-    candidates = conn.execute(
-        select(_queue.c.user_id, _queue.c.agent_name)
-        .where(condition, ~held)
-        .order_by(_queue.c.due_at)
-        .limit(CLAIM_CANDIDATES)
-    ).all()
-    expires = now + timedelta(seconds=lease_seconds)
-    seen: set[tuple[str, str]] = set()
-    for user_id, agent_name in candidates:
-        if (user_id, agent_name) in seen:
-            continue
-        seen.add((user_id, agent_name))
-        token = uuid.uuid4().hex
-        if not _claim_scope(conn, user_id, agent_name, owner=owner, token=token, now=now, expires=expires):
-            continue
-        leased = _lease_rows(conn, user_id, agent_name, condition, owner=owner, token=token, expires=expires)
-        if leased:
-            return ScopeClaim(user_id, agent_name, token, leased)
-        conn.execute(delete(_claims).where(_claims.c.lease_token == token))
-    return None
-
-
-def _claim_scope(
-    conn: Connection,
-    user_id: str,
-    agent_name: str,
-    *,
-    owner: str,
-    token: str,
-    now: datetime,
-    expires: datetime,
-) -> bool:
-    """Insert the scope's claim, or take over an expired one; ``False`` while another worker holds it."""
-    insert = _insert_for(conn)(_claims).values(
-        user_id=user_id,
-        agent_name=agent_name,
-        lease_owner=owner,
-        lease_token=token,
-        lease_expires_at=expires,
-        claimed_at=now,
-    )
-    statement = insert.on_conflict_do_update(
-        index_elements=[_claims.c.user_id, _claims.c.agent_name],
-        set_={
-            "lease_owner": insert.excluded.lease_owner,
-            "lease_token": insert.excluded.lease_token,
-            "lease_expires_at": insert.excluded.lease_expires_at,
-            "claimed_at": insert.excluded.claimed_at,
-        },
-        where=_claims.c.lease_expires_at < now,
-    ).returning(_claims.c.lease_token)
-    return conn.execute(statement).scalar_one_or_none() == token
-
-
-def _lease_rows(
-    conn: Connection,
-    user_id: str,
-    agent_name: str,
-    condition: Any,
-    *,
-    owner: str,
-    token: str,
-    expires: datetime,
-) -> list[LeasedConversation]:
-    # Rows another claimer has locked are skipped, never waited for: waiting could deadlock
-    # against that claimer's wait for our claim row.
-    ids = (
-        select(_queue.c.id)
-        .where(condition, _queue.c.user_id == user_id, _queue.c.agent_name == agent_name)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    rows = conn.execute(
-        update(_queue)
-        .where(_queue.c.id.in_(ids))
-        .values(
-            state="leased",
-            lease_owner=owner,
-            lease_token=token,
-            lease_expires_at=expires,
-            attempts=_queue.c.attempts + 1,
-        )
-        .returning(
-            _queue.c.id,
-            _queue.c.thread_id,
-            _queue.c.messages,
-            _queue.c.correction_detected,
-            _queue.c.reinforcement_detected,
-            _queue.c.captured_at,
-            _queue.c.generation,
-            _queue.c.attempts,
-            _queue.c.due_at,
-        )
-    ).all()
-    return [
-        LeasedConversation(
-            QueuedConversation(
-                thread_id=row.thread_id,
-                user_id=user_id or None,
-                agent_name=agent_name or None,
-                messages=list(row.messages),
-                correction_detected=bool(row.correction_detected),
-                reinforcement_detected=bool(row.reinforcement_detected),
-                captured_at=as_utc(row.captured_at),
-            ),
-            QueueLease(row.id, token, row.generation),
-            row.attempts,
-        )
-        for row in sorted(rows, key=lambda row: (row.due_at, row.id))
-    ]
-
-
-def heartbeat(conn: Connection, tokens: Sequence[str], *, now: datetime, lease_seconds: float) -> set[str]:
-    """Extend the claims and row leases of ``tokens``; returns the tokens whose claim still exists."""
-    expires = now + timedelta(seconds=lease_seconds)
-    alive = set(
-        conn.execute(
-            update(_claims)
-            .where(_claims.c.lease_token.in_(list(tokens)))
-            .values(lease_expires_at=expires)
-            .returning(_claims.c.lease_token)
-        ).scalars()
-    )
-    if alive:
-        conn.execute(
-            update(_queue)
-            .where(_queue.c.lease_token.in_(list(alive)), _queue.c.state == "leased")
-            .values(lease_expires_at=expires)
-        )
-    return alive
-
-
 def complete(conn: Connection, lease: QueueLease, *, now: datetime, forget: bool = False) -> bool:
     """Mark the leased row done, or pending again if a newer generation arrived; ``False`` if lost.
 
@@ -349,52 +180,71 @@ def complete(conn: Connection, lease: QueueLease, *, now: datetime, forget: bool
         done = conn.execute(
             update(_queue)
             .where(this_generation)
-            .values(state="done", messages=[], completed_at=now, last_error=None, **_unleased(now))
+            .values(
+                state="done",
+                messages=[],
+                completed_at=now,
+                last_error=None,
+                failures=0,
+                not_before=None,
+                **unleased(now),
+            )
         ).rowcount
     if done:
         return True
-    newer = conn.execute(update(_queue).where(mine).values(state="pending", attempts=0, **_unleased(now)))
+    newer = conn.execute(update(_queue).where(mine).values(state="pending", attempts=0, **unleased(now)))
     return bool(newer.rowcount)
 
 
 def reschedule(
-    conn: Connection, lease: QueueLease, *, now: datetime, due_at: datetime, error: str, dead: bool
+    conn: Connection,
+    lease: QueueLease,
+    *,
+    now: datetime,
+    due_at: datetime,
+    error: str,
+    permanent: bool,
+    dead: bool,
 ) -> bool:
     """Put a failed row back for ``due_at`` (or in ``dead``), recording ``error``; ``False`` if lost.
 
-    A row that got a newer generation meanwhile is never killed: the new turn gets its chance.
+    ``permanent`` failures (not an outage, not a transient endpoint error) are counted in
+    ``failures``. A row that got a newer generation meanwhile is never killed: the new turn gets
+    its chance.
     """
     mine = and_(_queue.c.id == lease.row_id, _queue.c.lease_token == lease.token, _queue.c.state == "leased")
     same = _queue.c.generation == lease.generation
-    values = {"last_error": error[:4000], **_unleased(now)}
+    values: dict[str, Any] = {"last_error": error[:4000], **unleased(now)}
+    if permanent:
+        values["failures"] = _queue.c.failures + 1
     if dead:
         if conn.execute(update(_queue).where(mine, same).values(state="dead", **values)).rowcount:
             return True
-        return bool(
-            conn.execute(update(_queue).where(mine).values(state="pending", attempts=0, **values)).rowcount
-        )
+        values["failures"] = 0
+        return bool(conn.execute(update(_queue).where(mine).values(state="pending", **values)).rowcount)
     later = _greatest(conn)(_queue.c.due_at, due_at)
-    # The backoff also caps debouncing: a new turn may bring the retry forward to its debounce,
-    # but a stream of turns cannot turn a failing conversation into a tight retry loop.
-    retry = {"due_at": later, "latest_due_at": _greatest(conn)(_queue.c.latest_due_at, due_at)}
+    # ``not_before`` holds the backoff against new turns (a stream of turns must not turn a
+    # failing conversation into a tight retry loop, nor cut a Retry-After short).
+    retry = {"due_at": later, "not_before": due_at}
     return bool(conn.execute(update(_queue).where(mine).values(state="pending", **retry, **values)).rowcount)
 
 
 def release(conn: Connection, token: str, *, now: datetime) -> int:
     """Give back a claim and any row still leased under it (shutdown); returns the rows released.
 
-    The release does not count as an attempt.
+    The claim goes first: heartbeats and claims lock claims before rows, and so does this. The
+    release does not count as an attempt.
     """
+    conn.execute(delete(_claims).where(_claims.c.lease_token == token))
     released = conn.execute(
         update(_queue)
         .where(_queue.c.lease_token == token, _queue.c.state == "leased")
-        .values(state="pending", attempts=_greatest(conn)(_queue.c.attempts - 1, 0), **_unleased(now))
+        .values(state="pending", attempts=_greatest(conn)(_queue.c.attempts - 1, 0), **unleased(now))
     ).rowcount
-    conn.execute(delete(_claims).where(_claims.c.lease_token == token))
     return int(released)
 
 
-def _unleased(now: datetime) -> dict[str, Any]:
+def unleased(now: datetime) -> dict[str, Any]:
     return {"lease_owner": None, "lease_token": None, "lease_expires_at": None, "updated_at": now}
 
 

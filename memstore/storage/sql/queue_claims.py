@@ -1,0 +1,236 @@
+"""Claiming work from the durable queue: one scope per worker, enforced by the database.
+
+A worker first claims a whole scope in ``memory_queue_claims`` (an INSERT, or the take-over of
+an expired claim, in one statement the primary key makes exclusive), voids every other lease in
+that scope, then leases the scope's due rows under the claim's token, skipping rows another
+transaction holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite serialises writers). A
+heartbeat extends the claim and its rows. Lock order, everywhere: claims before queue rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, or_, select, update
+
+from memstore.document import as_utc
+from memstore.storage.sql.models import claims_table as _claims
+from memstore.storage.sql.models import queue_table as _queue
+from memstore.storage.sql.queue_table import (
+    LeasedConversation,
+    QueuedConversation,
+    QueueLease,
+    ScopeClaim,
+    insert_for,
+    unleased,
+)
+
+CLAIM_CANDIDATES = 16
+"""Scopes a claim looks at before giving up: enough to get past scopes claimed meanwhile."""
+
+
+def claimable(now: datetime, *, force: bool, owner: str | None, exclude: Sequence[int] = ()) -> Any:
+    """Rows a worker may lease: pending and due (any time with ``force``), or leased and expired."""
+    due = _queue.c.state == "pending"
+    if not force:
+        due = and_(due, _queue.c.due_at <= now)
+    expired = and_(_queue.c.state == "leased", _queue.c.lease_expires_at < now)
+    condition = or_(due, expired)
+    if owner is not None:
+        condition = and_(condition, _queue.c.enqueued_by == owner)
+    if exclude:
+        condition = and_(condition, _queue.c.id.not_in(list(exclude)))
+    return condition
+
+
+def _held(now: datetime) -> Any:
+    """The row's scope is claimed by a live worker."""
+    return (
+        select(_claims.c.user_id)
+        .where(
+            _claims.c.user_id == _queue.c.user_id,
+            _claims.c.agent_name == _queue.c.agent_name,
+            _claims.c.lease_expires_at >= now,
+        )
+        .exists()
+    )
+
+
+def has_claimable(
+    conn: Connection,
+    now: datetime,
+    *,
+    force: bool = False,
+    owner: str | None = None,
+    exclude: Sequence[int] = (),
+) -> bool:
+    """The cheap read made before a write transaction is opened to claim."""
+    condition = claimable(now, force=force, owner=owner, exclude=exclude)
+    return conn.execute(select(_queue.c.id).where(condition, ~_held(now)).limit(1)).first() is not None
+
+
+def claim(
+    conn: Connection,
+    *,
+    owner: str,
+    now: datetime,
+    lease_seconds: float,
+    force: bool = False,
+    only_owner: str | None = None,
+    exclude: Sequence[int] = (),
+) -> ScopeClaim | None:
+    """Claim one scope with claimable rows and lease them; run inside the caller's transaction."""
+    condition = claimable(now, force=force, owner=only_owner, exclude=exclude)
+    candidates = conn.execute(
+        select(_queue.c.user_id, _queue.c.agent_name)
+        .where(condition, ~_held(now))
+        .order_by(_queue.c.due_at)
+        .limit(CLAIM_CANDIDATES)
+    ).all()
+    expires = now + timedelta(seconds=lease_seconds)
+    seen: set[tuple[str, str]] = set()
+    for user_id, agent_name in candidates:
+        if (user_id, agent_name) in seen:
+            continue
+        seen.add((user_id, agent_name))
+        token = uuid.uuid4().hex
+        if not _claim_scope(conn, user_id, agent_name, owner=owner, token=token, now=now, expires=expires):
+            continue
+        _revoke_other_leases(conn, user_id, agent_name, token=token, now=now)
+        leased = _lease_rows(conn, user_id, agent_name, condition, owner=owner, token=token, expires=expires)
+        if leased:
+            return ScopeClaim(user_id, agent_name, token, leased)
+        conn.execute(delete(_claims).where(_claims.c.lease_token == token))
+    return None
+
+
+def _claim_scope(
+    conn: Connection,
+    user_id: str,
+    agent_name: str,
+    *,
+    owner: str,
+    token: str,
+    now: datetime,
+    expires: datetime,
+) -> bool:
+    """Insert the scope's claim, or take over an expired one; ``False`` while another worker holds it."""
+    insert = insert_for(conn)(_claims).values(
+        user_id=user_id,
+        agent_name=agent_name,
+        lease_owner=owner,
+        lease_token=token,
+        lease_expires_at=expires,
+        claimed_at=now,
+    )
+    statement = insert.on_conflict_do_update(
+        index_elements=[_claims.c.user_id, _claims.c.agent_name],
+        set_={
+            "lease_owner": insert.excluded.lease_owner,
+            "lease_token": insert.excluded.lease_token,
+            "lease_expires_at": insert.excluded.lease_expires_at,
+            "claimed_at": insert.excluded.claimed_at,
+        },
+        where=_claims.c.lease_expires_at < now,
+    ).returning(_claims.c.lease_token)
+    return conn.execute(statement).scalar_one_or_none() == token
+
+
+def _revoke_other_leases(
+    conn: Connection, user_id: str, agent_name: str, *, token: str, now: datetime
+) -> None:
+    """A claim on a scope voids every other lease in it: a worker that lost its claim to expiry
+    cannot commit any row of the scope, including rows this claim does not take (``flush``)."""
+    conn.execute(
+        update(_queue)
+        .where(
+            _queue.c.user_id == user_id,
+            _queue.c.agent_name == agent_name,
+            _queue.c.state == "leased",
+            _queue.c.lease_token != token,
+        )
+        .values(state="pending", **unleased(now))
+    )
+
+
+def _lease_rows(
+    conn: Connection,
+    user_id: str,
+    agent_name: str,
+    condition: Any,
+    *,
+    owner: str,
+    token: str,
+    expires: datetime,
+) -> list[LeasedConversation]:
+    # Rows another claimer has locked are skipped, never waited for: waiting could deadlock
+    # against that claimer's wait for our claim row.
+    ids = (
+        select(_queue.c.id)
+        .where(condition, _queue.c.user_id == user_id, _queue.c.agent_name == agent_name)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    rows = conn.execute(
+        update(_queue)
+        .where(_queue.c.id.in_(ids))
+        .values(
+            state="leased",
+            lease_owner=owner,
+            lease_token=token,
+            lease_expires_at=expires,
+            attempts=_queue.c.attempts + 1,
+        )
+        .returning(
+            _queue.c.id,
+            _queue.c.thread_id,
+            _queue.c.messages,
+            _queue.c.correction_detected,
+            _queue.c.reinforcement_detected,
+            _queue.c.captured_at,
+            _queue.c.generation,
+            _queue.c.attempts,
+            _queue.c.failures,
+            _queue.c.due_at,
+        )
+    ).all()
+    return [
+        LeasedConversation(
+            QueuedConversation(
+                thread_id=row.thread_id,
+                user_id=user_id or None,
+                agent_name=agent_name or None,
+                messages=list(row.messages),
+                correction_detected=bool(row.correction_detected),
+                reinforcement_detected=bool(row.reinforcement_detected),
+                captured_at=as_utc(row.captured_at),
+            ),
+            QueueLease(row.id, token, row.generation),
+            row.attempts,
+            row.failures,
+        )
+        for row in sorted(rows, key=lambda row: (row.due_at, row.id))
+    ]
+
+
+def heartbeat(conn: Connection, tokens: Sequence[str], *, now: datetime, lease_seconds: float) -> set[str]:
+    """Extend the claims and row leases of ``tokens``; returns the tokens whose claim still exists."""
+    expires = now + timedelta(seconds=lease_seconds)
+    alive = set(
+        conn.execute(
+            update(_claims)
+            .where(_claims.c.lease_token.in_(list(tokens)))
+            .values(lease_expires_at=expires)
+            .returning(_claims.c.lease_token)
+        ).scalars()
+    )
+    if alive:
+        conn.execute(
+            update(_queue)
+            .where(_queue.c.lease_token.in_(list(alive)), _queue.c.state == "leased")
+            .values(lease_expires_at=expires)
+        )
+    return alive
