@@ -102,7 +102,8 @@ def main(spec_path: str) -> None:
         if stop.wait(float(spec.get("pace", 0.0))):
             break
     print(f"queued {len(spec['conversations'])}", flush=True)
-    stop.wait()
+    while not stop.wait(0.2):
+        pass
     queue.shutdown(5.0)
 
 
