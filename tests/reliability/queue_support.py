@@ -84,9 +84,9 @@ def audit_counts(url: str) -> tuple[Counter[str], Counter[Scope]]:
     joined = history_table.join(scopes_table, history_table.c.scope_id == scopes_table.c.id)
     with get_engine(url).connect() as conn:
         facts = conn.execute(
-            select(history_table.c.after).select_from(joined).where(
-                history_table.c.entity == "fact", history_table.c.action == "insert"
-            )
+            select(history_table.c.after)
+            .select_from(joined)
+            .where(history_table.c.entity == "fact", history_table.c.action == "insert")
         ).scalars()
         inserted = Counter(str(after["content"]) for after in facts)
         rewrites = conn.execute(

@@ -9,6 +9,7 @@ ran again once done.
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from collections import Counter, defaultdict
@@ -52,7 +53,7 @@ def _overlaps(records: list[UpdateRecord]) -> list[tuple[UpdateRecord, UpdateRec
     overlaps = []
     for intervals in by_scope.values():
         intervals.sort(key=lambda entry: entry.start)
-        overlaps += [(a, b) for a, b in zip(intervals, intervals[1:], strict=False) if b.start < a.end]
+        overlaps += [(a, b) for a, b in itertools.pairwise(intervals) if b.start < a.end]
     return overlaps
 
 
