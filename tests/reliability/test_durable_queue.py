@@ -45,7 +45,7 @@ from tests.support.openai_server import OpenAIStubServer
 USERS = 30
 THREADS_PER_USER = 2
 WORKERS = 4
-SLOW_REPLY_SECONDS = 3.0
+SLOW_REPLY_SECONDS = 5.0
 LEASE_SECONDS = 2.0
 
 

@@ -1,4 +1,4 @@
-"""PostgreSQL stops while a gateway queues turns and workers process them; then it comes back.
+"""PostgreSQL stops (or hangs) while a gateway queues turns and workers process them.
 
 A private throwaway cluster (tests/support/pg_cluster.py) is stopped with a fast shutdown while
 a feeder thread keeps calling ``add`` (the request path) and four workers are inside LLM
@@ -29,13 +29,13 @@ from tests.support.pg_cluster import PgCluster, private_cluster
 pytestmark = pytest.mark.postgres
 
 USERS = 12
-LLM_SECONDS = 0.3
+LLM_SECONDS = 0.15
 ENQUEUE_TIMEOUT = 1.0
 # libpq waits at least 2 s to connect (queue.database.enqueue_engine); the rest is slack for a busy CI box.
 SUBMIT_BOUND = 2.0 + 2.0
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster() -> Iterator[PgCluster]:
     with private_cluster() as running:
         yield running
@@ -48,7 +48,9 @@ def outage_url(cluster: PgCluster) -> Iterator[str]:
             upgrade(url)
             yield url
             dispose_engines()
-            if not (cluster.data / "postmaster.pid").exists():
+            if (cluster.data / "postmaster.pid").exists():
+                cluster.thaw()
+            else:
                 cluster.start()
     finally:
         dispose_engines()
@@ -119,8 +121,8 @@ def test_a_database_stopped_during_enqueue_and_processing_loses_no_turn(
             assert time.monotonic() < deadline, "the workers never got busy"
             time.sleep(0.01)
         in_flight_at_stop = model.in_flight
-        sent_before = len(feeder.sent)
         cluster.stop()
+        sent_before = len(feeder.sent)
         time.sleep(3.0)
         sent_during = len(feeder.sent) - sent_before
         buffered = len(queue._buffer)
@@ -134,7 +136,7 @@ def test_a_database_stopped_during_enqueue_and_processing_loses_no_turn(
         queue.shutdown(5.0)
 
     assert in_flight_at_stop >= 1 and sent_during > 10
-    assert buffered >= sent_during - 5, "turns sent during the outage were not buffered"
+    assert buffered >= sent_during, "turns sent during the outage were not buffered"
     assert len(queue._buffer) == 0
     lost = lost_facts(outage_url, feeder.sent)
     assert lost == []
@@ -156,3 +158,30 @@ def test_a_database_stopped_during_enqueue_and_processing_loses_no_turn(
         submit_bound_s=SUBMIT_BOUND,
         lost=len(lost),
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: with the server hung (SIGSTOP), add waits on its pooled connection until the server "
+    "answers; statement_timeout is enforced by the hung server itself and psycopg has no client-side one",
+)
+def test_a_hung_database_does_not_stall_add(cluster: PgCluster, outage_url: str) -> None:
+    configure(database_url=outage_url, debounce_seconds=30, queue_enqueue_timeout_seconds=ENQUEUE_TIMEOUT)
+    queue = DatabaseUpdateQueue(outage_url, workers=0)
+    queue.add("warm", turn("remember warm"), user_id="h")  # the request path's pool now holds a connection
+    returned = threading.Event()
+
+    def request() -> None:
+        queue.add("hung", turn("remember hung"), user_id="h")
+        returned.set()
+
+    adder = threading.Thread(target=request, daemon=True)
+    cluster.freeze()
+    try:
+        adder.start()
+        bounded = returned.wait(SUBMIT_BOUND)
+    finally:
+        cluster.thaw()
+    adder.join(30)
+    queue.close()
+    assert bounded, f"add blocked for more than {SUBMIT_BOUND} s on a hung database"
