@@ -33,7 +33,7 @@ from memstore.capture.conversation import ConversationContext
 from memstore.capture.filtering import bound_conversation
 from memstore.capture.message_access import text_only
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.errors import StorageUnavailableError
+from memstore.errors import MemstoreError, StorageUnavailableError
 from memstore.queue.contract import QueueStats
 from memstore.queue.debounced import (
     MAX_DEBOUNCE_FACTOR,
@@ -51,6 +51,7 @@ from memstore.queue.workers import (
 )
 from memstore.storage.sql import queue_table
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION, get_engine, mask_url
+from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
 from memstore.update.updater import MemoryUpdater
 
@@ -91,6 +92,7 @@ class DatabaseUpdateQueue:
     ) -> None:
         config = get_memory_config()
         self._url = database_url
+        self._prepare_schema()
         self._engine = get_engine(database_url)
         self._enqueue_engine = enqueue_engine(database_url, config.queue_enqueue_timeout_seconds)
         self._updater_factory = updater_factory or _default_updater
@@ -268,6 +270,18 @@ class DatabaseUpdateQueue:
         self.shutdown(timeout=0.0)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _prepare_schema(self) -> None:
+        """Migrate the database as the storage does (always SQLite; PostgreSQL with ``auto_migrate``).
+
+        The queue may be the first to open a fresh embedded database (injection off, ``memstore
+        worker``); without this its tables would not exist until a storage happened to be built.
+        A database that is down or behind head is only logged: turns wait in the outage buffer.
+        """
+        try:
+            SqlMemoryStorage(self._url)
+        except MemstoreError as exc:
+            logger.warning("memory queue: the database at %s is not ready yet: %s", self.url, exc)
 
     def _count(self, name: str) -> None:
         with self._lock:

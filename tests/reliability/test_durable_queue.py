@@ -191,3 +191,18 @@ def test_a_conversation_claimed_twice_lands_once(
     assert queue_rows(sql_url) == {"done": 1, "claims": 1}
     queue.close()
     record(claims=2, llm_calls=len(openai_server.requests), saves_landed=1, refused=2, duplicates=0)
+
+
+def test_a_queue_that_is_first_to_open_the_embedded_database_migrates_it(
+    sqlite_url: str, openai_server: OpenAIStubServer
+) -> None:
+    """A gateway with injection off (or ``memstore worker``) may touch a fresh SQLite file first."""
+    configure(**llm_config(openai_server, database_url=sqlite_url), queue_poll_seconds=0.1)
+    openai_server.default_reply = token_reply
+    queue = DatabaseUpdateQueue(sqlite_url, workers=1)
+    try:
+        queue.add_nowait("fresh", turn("remember fresh"), user_id="n")
+        assert queue.wait_idle(20)
+    finally:
+        assert queue.shutdown(5.0), "the queued turn never left the outage buffer"
+    assert stored_facts(sqlite_url, [("n", None)]) == {("n", None): ["fact fresh"]}
