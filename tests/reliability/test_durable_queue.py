@@ -36,6 +36,7 @@ from tests.reliability.queue_support import (
     expected_facts,
     gateway,
     llm_config,
+    lost_facts,
     queue_rows,
     stored_facts,
     token_reply,
@@ -121,6 +122,43 @@ def test_a_sigkilled_gateway_loses_nothing_and_applies_nothing_twice(
         recovery_s=round(recovery, 2),
         lost=len(lost),
         duplicates=len(duplicated),
+    )
+
+
+def test_a_gateway_shut_down_mid_queue_leaves_the_rest_queued_for_the_next_worker(
+    sql_url: str, openai_server: OpenAIStubServer, tmp_path: Path, record: Record
+) -> None:
+    SqlMemoryStorage(sql_url)
+    conversations = [conversation(f"d{user:02d}", None, f"d{user:02d}-t0") for user in range(40)]
+    openai_server.default_reply = token_reply
+    openai_server.delay = 0.5
+    settings = llm_config(openai_server, database_url=sql_url, queue_poll_seconds=0.2)
+
+    with gateway(tmp_path, "stopping", settings, conversations, workers=WORKERS) as stopping:
+        wait_queued(stopping)
+        _wait_for(lambda: len(openai_server.requests) >= WORKERS, 20, "every worker to call the LLM")
+        stopping.send_signal(signal.SIGTERM)  # shutdown(5.0): finish what runs, release the rest
+        assert stopping.wait(20) == 0
+    after_shutdown = queue_rows(sql_url)
+    assert after_shutdown["leased"] == after_shutdown["claims"] == after_shutdown["dead"] == 0, after_shutdown
+    assert after_shutdown["done"] >= WORKERS and after_shutdown["pending"] > 0, after_shutdown
+
+    openai_server.delay = 0.0
+    configure(**settings)
+    survivor = DatabaseUpdateQueue(sql_url, workers=WORKERS)
+    try:
+        assert survivor.wait_idle(30)
+    finally:
+        survivor.shutdown(5.0)
+    _, rewrites = audit_counts(sql_url)
+    assert lost_facts(sql_url, conversations) == []
+    assert rewrites == dict.fromkeys(expected_facts(conversations), 1)
+    record(
+        conversations=len(conversations),
+        done_by_shutdown=after_shutdown["done"],
+        left_queued=after_shutdown["pending"],
+        leases_left=after_shutdown["leased"],
+        lost=0,
     )
 
 
