@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-# A reply is the assistant message content, or a callable that builds it from the request body.
-Reply = str | Callable[[dict[str, Any]], str]
+# A reply is the assistant message content, or a callable that builds it (or an error) from the request body.
+Reply = str | Callable[[dict[str, Any]], "str | ScriptedError"]
+# Seconds to wait before answering: fixed, or computed from the request body (slow or timing-out endpoints).
+Delay = float | Callable[[dict[str, Any]], float]
 
 
 @dataclass
@@ -34,6 +36,7 @@ class OpenAIStubServer:
     base_url: str = ""
     requests: list[dict[str, Any]] = field(default_factory=list)
     default_reply: Reply | None = None
+    delay: Delay = 0.0
     _replies: deque[Reply | ScriptedError] = field(default_factory=deque)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -75,10 +78,13 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"unknown path {self.path}"}})
                 return
             reply = state.next_reply(body)
-            if isinstance(reply, ScriptedError):
-                self._send(reply.status, {"error": {"message": reply.message, "type": "scripted"}})
-                return
+            delay = state.delay(body) if callable(state.delay) else state.delay
+            if delay > 0:
+                time.sleep(delay)
             content = reply(body) if callable(reply) else reply
+            if isinstance(content, ScriptedError):
+                self._send(content.status, {"error": {"message": content.message, "type": "scripted"}})
+                return
             self._send(
                 200,
                 {
@@ -102,8 +108,12 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                # The client gave up (its timeout) or died (a SIGKILLed gateway) while we waited.
+                self.close_connection = True
 
     return Handler
 
