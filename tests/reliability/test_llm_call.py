@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from memstore.config import MemoryConfig
-from memstore.errors import LLMError
+from memstore.errors import LLMError, LLMUnavailableError
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.queue import MemoryUpdateQueue, set_memory_queue
 from memstore.storage.loader import get_memory_storage
@@ -90,9 +90,34 @@ def test_a_failing_server_is_tried_at_most_three_times(openai_server: OpenAIStub
 
 def test_a_client_error_is_not_tried_again(openai_server: OpenAIStubServer) -> None:
     openai_server.script(ScriptedError(400, "bad request"), update_reply())
-    with pytest.raises(LLMError):
+    with pytest.raises(LLMError) as raised:
         client(openai_server, timeout=10.0).complete(PROMPT)
     assert len(openai_server.requests) == 1
+    assert not isinstance(raised.value, LLMUnavailableError), (
+        "a 400 will not pass: the queue must not retry it"
+    )
+
+
+def test_what_may_pass_later_is_marked_for_the_queue_with_the_retry_after(
+    openai_server: OpenAIStubServer,
+) -> None:
+    """A 429 asking for more time than the call has left ends the call at once, carrying it."""
+    openai_server.script(ScriptedError(429, "slow down", {"Retry-After": "120"}))
+    start = time.monotonic()
+    with pytest.raises(LLMUnavailableError) as raised:
+        client(openai_server, timeout=5.0).complete(PROMPT)
+    assert raised.value.retry_after == 120.0
+    assert len(openai_server.requests) == 1 and time.monotonic() - start < 5.0
+
+    openai_server.script(ScriptedError(429, "slow down", {"Retry-After": "1.5"}), update_reply())
+    start = time.monotonic()
+    assert "newFacts" in client(openai_server, timeout=5.0).complete(PROMPT)
+    assert time.monotonic() - start >= 1.5, "a Retry-After longer than the usual pause is waited out"
+
+    openai_server.script(*[ScriptedError(503)] * 3)
+    with pytest.raises(LLMUnavailableError) as raised:
+        client(openai_server, timeout=5.0).complete(PROMPT)
+    assert raised.value.retry_after is None
 
 
 BROKEN = "I like green tea \ud83d and biscuits."

@@ -27,6 +27,7 @@ class ScriptedError:
 
     status: int
     message: str = "scripted error"
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,7 +84,8 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 time.sleep(delay)
             content = reply(body) if callable(reply) else reply
             if isinstance(content, ScriptedError):
-                self._send(content.status, {"error": {"message": content.message, "type": "scripted"}})
+                error = {"error": {"message": content.message, "type": "scripted"}}
+                self._send(content.status, error, content.headers)
                 return
             self._send(
                 200,
@@ -103,11 +105,13 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 },
             )
 
-        def _send(self, status: int, payload: dict[str, Any]) -> None:
+        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode("utf-8")
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             try:
                 self.end_headers()
                 self.wfile.write(data)
