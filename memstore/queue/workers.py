@@ -237,8 +237,8 @@ class ClaimRunner:
             self._retry(leased, config, exc, permanent=True)
             return
         self._count("updated" if updated else "skipped")
-        # A save that changed something completed the row already; this settles the rest.
-        self._settle(leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now))
+        if not leased.lease.settled:  # nothing was saved (nothing to learn), so nothing settled it
+            self._settle(leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now))
 
     def _retry(
         self,

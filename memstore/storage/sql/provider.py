@@ -25,7 +25,7 @@ import threading
 from datetime import UTC, datetime
 from typing import cast
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, RootTransaction
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import (
     DBAPIError,
@@ -294,7 +294,11 @@ class SqlMemoryStorage(MemoryStorage):
                 if not plan.changed and clear:
                     return None
                 if not plan.changed:
-                    transaction.rollback()
+                    if lease is not None and not created:
+                        # Nothing to save, but the conversation is done: settle it right here.
+                        self._complete(transaction, conn, lease, now)
+                    else:
+                        transaction.rollback()
                     if created:
                         return None
                     return entry_after(
@@ -305,12 +309,8 @@ class SqlMemoryStorage(MemoryStorage):
                         plan,
                         cached,
                     )
-                if lease is not None and not queue_table.complete(conn, lease, now=now):
-                    transaction.rollback()
-                    raise LeaseLostError(
-                        f"queued conversation {lease.row_id} was taken over by another worker; "
-                        "its update is theirs to save"
-                    )
+                if lease is not None:
+                    self._complete(transaction, conn, lease, now)
                 apply_plan(conn, scope_row.scope_id, plan, now, origin)
                 conn.execute(
                     UPDATE_SCOPE,
@@ -322,6 +322,17 @@ class SqlMemoryStorage(MemoryStorage):
                     },
                 )
         return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
+
+    @staticmethod
+    def _complete(transaction: RootTransaction, conn: Connection, lease: QueueLease, now: datetime) -> None:
+        """Complete the queued row in the save's transaction, or roll it back if the lease is lost."""
+        if not queue_table.complete(conn, lease, now=now):
+            transaction.rollback()
+            raise LeaseLostError(
+                f"queued conversation {lease.row_id} was taken over by another worker; "
+                "its update is theirs to save"
+            )
+        lease.settled = True
 
     def _describe(self, exc: Exception) -> str:
         """The driver's message (not the SQL and its parameters), with any password scrubbed."""

@@ -29,13 +29,15 @@ NO_ID = ""
 """``user_id`` / ``agent_name`` of a queued conversation without one ('' is never a valid id)."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class QueueLease:
     """A worker's hold on one queued conversation, as the generation it read."""
 
     row_id: int
     token: str
     generation: int
+    settled: bool = False
+    """Set by a save that completed the row in its own transaction: no further write is needed."""
 
 
 @dataclass(frozen=True)
