@@ -28,12 +28,14 @@ from typing import Any
 
 import bench_concurrency
 import bench_pg
+import bench_queue
 import bench_report
 import bench_scenarios
 import sqlalchemy
 from bench_core import SQLITE_NORMAL, Result
 from bench_data import use_bench_config
 
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines, mask_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,7 +67,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="fewer iterations and 10,000 scopes (< 2 minutes)")
+    size.add_argument("--quick", action="store_true", help="fewer iterations and 10,000 scopes (< 3 minutes)")
     size.add_argument("--smoke", action="store_true", help="a handful of iterations: checks the harness only")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "bench", help="where results.json and chart.png go"
@@ -134,6 +136,13 @@ def run(mode_name: str, work: Path, pg_server: str | None) -> tuple[list[Result]
             backends, work, mode.concurrent_saves, mode.concurrent_rounds
         )
         _stage("concurrency", start)
+        queue_url = f"sqlite:///{work / 'queue.db'}"
+        SqlMemoryStorage(queue_url)  # migrated before the worker processes start
+        queue_backends = {"sqlite": (queue_url, SQLITE_NORMAL)}
+        if pg_url is not None:
+            queue_backends["postgresql"] = (pg_url, stores.pg_durability)
+        results += bench_queue.queue_throughput(queue_backends, mode_name)
+        _stage("queue", start)
     dispose_engines()
     return results, _meta(mode_name, mode, pg_server, pg_version)
 
@@ -159,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             f"_{title}; wall time {meta['wall_seconds']} s; Python {meta['python']}, "
             f"SQLite {meta['sqlite']}, PostgreSQL {meta['postgresql_version'] or 'not run'}._",
             bench_report.verdict_table(rows),
+            bench_report.queue_table(results),
             bench_report.results_table(results),
             notes,
         )

@@ -34,7 +34,7 @@ class Target:
     throughput: bool = False
 
 
-TARGETS = (
+TARGETS: tuple[Target, ...] = (
     Target(
         "warm_load",
         "warm load ≤ 2× file warm load",
@@ -118,6 +118,43 @@ TARGETS = (
 )
 
 
+LINEAR_GOAL = 0.8
+"""The queue's scaling goal: N workers deliver at least 0.8 × N times one worker's throughput."""
+QUEUE_LAYOUTS = (("4w", 4, "4 workers"), ("16w", 16, "16 workers"), ("2x8w", 16, "2 processes × 8 workers"))
+
+
+def _queue_targets() -> tuple[Target, ...]:
+    targets = []
+    for delay in (1000, 200):
+        scenario = f"queue_llm_{delay}ms"
+        for backend, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
+            for label, workers, text in QUEUE_LAYOUTS:
+                targets.append(
+                    Target(
+                        f"queue_{backend}_{delay}ms_{label}",
+                        f"{name} queue, LLM {delay} ms: {text} ≥ {LINEAR_GOAL:g} × {workers} × 1 worker",
+                        (scenario, f"{backend}_{label}"),
+                        (scenario, f"{backend}_1w"),
+                        LINEAR_GOAL * workers,
+                        throughput=True,
+                    )
+                )
+        targets.append(
+            Target(
+                f"queue_{delay}ms_vs_memory_queue",
+                f"LLM {delay} ms: SQLite queue with 16 workers vs the memory queue (1 worker)",
+                (scenario, "sqlite_16w"),
+                (scenario, "memory_queue_1w"),
+                None,
+                throughput=True,
+            )
+        )
+    return tuple(targets)
+
+
+TARGETS += _queue_targets()
+
+
 def _value(result: Result, throughput: bool) -> float:
     return result.extra["throughput_per_s"] if throughput else result.median
 
@@ -164,6 +201,26 @@ def results_table(results: list[Result]) -> str:
             f"| {other} | {r.durability} |"
         )
     return "\n".join(lines)
+
+
+def queue_table(results: list[Result]) -> str:
+    """The queue scenarios in the terms of issue 15; empty when they did not run."""
+    lines = [
+        "| LLM delay | variant | workers | conversations/s | vs linear | enqueue p50 ms | enqueue p95 ms "
+        "| worker CPU ms/conversation | conversations |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if not r.scenario.startswith("queue_llm_"):
+            continue
+        delay = r.scenario.removeprefix("queue_llm_")
+        scaling = r.extra.get("scaling_vs_linear")
+        lines.append(
+            f"| {delay} | {r.variant} | {r.extra['workers']:.0f} | {r.extra['throughput_per_s']:.2f} "
+            f"| {'—' if scaling is None else f'{scaling:.2f}×'} | {r.median:.2f} | {r.p95:.2f} "
+            f"| {r.extra['cpu_ms_per_conversation']:.1f} | {r.extra['conversations']:.0f} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 def verdict_table(rows: list[dict[str, Any]]) -> str:
