@@ -39,7 +39,8 @@ from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.models import queue_table
 
 SCRIPTS = Path(__file__).resolve().parent
-SCENARIO = "queue_llm_{delay}ms"
+SCENARIO_PREFIX = "queue_llm_"
+SCENARIO = SCENARIO_PREFIX + "{delay}ms"
 SEED_FACTS = 20
 PROBE_INTERVAL_SECONDS = 0.025
 RUN_TIMEOUT_SECONDS = 300.0

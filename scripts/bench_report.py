@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot loads
 from bench_core import Result
 
-DOCS_BEGIN = "<!-- bench:begin -->"
-DOCS_END = "<!-- bench:end -->"
+DOCS_MARKERS = ("<!-- bench:begin -->", "<!-- bench:end -->")
+QUEUE_MARKERS = ("<!-- bench-queue:begin -->", "<!-- bench-queue:end -->")
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,27 @@ def write_json(path: Path, meta: dict[str, Any], results: list[Result], rows: li
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
+def merge_json(
+    path: Path,
+    meta: dict[str, Any],
+    results: list[Result],
+    rows: list[dict[str, Any]],
+    replaces: Callable[[str], bool],
+) -> None:
+    """Write this partial run's entries into ``path``, replacing the entries of the same scenarios.
+
+    The file's ``meta`` stays the full run's; this run's goes under ``partial_runs``.
+    """
+    payload: dict[str, Any] = {"meta": {}, "results": [], "ratios": []}
+    if path.exists():
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    payload["results"] = [r for r in payload["results"] if not replaces(r["scenario"])]
+    payload["results"] += [r.as_json() for r in results]
+    payload["ratios"] = [row for row in payload["ratios"] if not replaces(row["subject"])] + rows
+    payload["meta"].setdefault("partial_runs", {})[",".join(sorted({r.scenario for r in results}))] = meta
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def write_chart(path: Path, results: list[Result], title: str) -> None:
     """One panel per scenario: median bars with a p95 whisker, each panel on its own scale."""
     scenarios = list(dict.fromkeys(r.scenario for r in results))
@@ -259,11 +281,12 @@ def write_chart(path: Path, results: list[Result], title: str) -> None:
     plt.close(figure)
 
 
-def write_docs(path: Path, block: str) -> None:
-    """Replace what lies between the bench markers in ``path``; the prose around it is left alone."""
+def write_docs(path: Path, block: str, markers: tuple[str, str] = DOCS_MARKERS) -> None:
+    """Replace what lies between ``markers`` in ``path``; the prose around it is left alone."""
+    begin, end = markers
     text = path.read_text(encoding="utf-8")
-    head, found, rest = text.partition(DOCS_BEGIN)
-    _, found_end, tail = rest.partition(DOCS_END)
+    head, found, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
     if not found or not found_end:
-        raise SystemExit(f"{path} lacks the {DOCS_BEGIN} ... {DOCS_END} markers")
-    path.write_text(f"{head}{DOCS_BEGIN}\n{block}\n{DOCS_END}{tail}", encoding="utf-8")
+        raise SystemExit(f"{path} lacks the {begin} ... {end} markers")
+    path.write_text(f"{head}{begin}\n{block}\n{end}{tail}", encoding="utf-8")

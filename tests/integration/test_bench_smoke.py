@@ -95,6 +95,35 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
     assert "| 200ms | sqlite_16w | 16 |" in result.stdout  # the queue's own table
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
+    # --only queue replaces the queue's entries and keeps every other scenario's.
+    chart = (tmp_path / "chart.png").read_bytes()
+    rerun = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--smoke",
+            "--only",
+            "queue",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    merged = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert merged["meta"]["generated_at"] == payload["meta"]["generated_at"]
+    assert set(merged["meta"]["partial_runs"]) == {"queue_llm_200ms"}
+    pairs = [(row["scenario"], row["variant"]) for row in merged["results"]]
+    assert sorted(pairs) == sorted((row["scenario"], row["variant"]) for row in payload["results"])
+    assert {row["target"] for row in merged["ratios"]} == targets
+    assert "load_warm_100" not in rerun.stdout and "| 200ms | sqlite_1w | 1 |" in rerun.stdout
+    assert (tmp_path / "chart.png").read_bytes() == chart
+
 
 def _check_queue_row(row: dict[str, Any]) -> None:
     """A queue variant reports throughput, CPU per conversation and, but the baseline, its scaling."""
