@@ -40,7 +40,7 @@ migrations: $(STAMP)
 demo: $(BASE_STAMP)
 	$(BIN)/memstore demo
 
-# Benchmarks; refreshes bench/ and docs/performance.md. BENCH_ARGS=--quick for a run under 2 minutes;
+# Benchmarks; refreshes bench/ and docs/performance.md. BENCH_ARGS=--quick for a run of a few minutes;
 # MEMSTORE_BENCH_PG_URL=postgresql+psycopg://user@host/postgres adds the PostgreSQL scenarios.
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py --write-docs $(BENCH_ARGS)

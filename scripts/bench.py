@@ -3,9 +3,10 @@
 
 Absolute times drift on shared machines, so each verdict is a ratio between variants of the same
 run (or, for injection, an absolute median). Writes a table to stdout, ``results.json`` and
-``chart.png`` to ``--out``, and with ``--write-docs`` the generated region of docs/performance.md.
+``chart.png`` to ``--out``, and with ``--write-docs`` the generated regions of docs/performance.md
+(the queue scenario has its own, so ``--only queue`` can refresh it alone).
 
-    .venv/bin/python scripts/bench.py [--quick | --smoke] [--out DIR] [--write-docs]
+    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue] [--out DIR] [--write-docs]
 
 PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
 drops its own database there.
@@ -28,12 +29,14 @@ from typing import Any
 
 import bench_concurrency
 import bench_pg
+import bench_queue
 import bench_report
 import bench_scenarios
 import sqlalchemy
 from bench_core import SQLITE_NORMAL, Result
 from bench_data import use_bench_config
 
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines, mask_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,21 +68,28 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="fewer iterations and 10,000 scopes (< 2 minutes)")
+    size.add_argument("--quick", action="store_true", help="fewer iterations and 10,000 scopes (< 3 minutes)")
     size.add_argument("--smoke", action="store_true", help="a handful of iterations: checks the harness only")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "bench", help="where results.json and chart.png go"
     )
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch space (default: system temp)")
     parser.add_argument(
-        "--write-docs", action="store_true", help="refresh the generated region of docs/performance.md"
+        "--write-docs", action="store_true", help="refresh the generated regions of docs/performance.md"
+    )
+    parser.add_argument(
+        "--only",
+        choices=["queue"],
+        help="run one scenario; results.json keeps the others' entries, the chart is left alone",
     )
     return parser.parse_args(argv)
 
 
-def _meta(mode_name: str, mode: Mode, pg_server: str | None, pg_version: str | None) -> dict[str, Any]:
+def _meta(
+    mode_name: str, mode: Mode, pg_server: str | None, pg_version: str | None, core: bool
+) -> dict[str, Any]:
     notes = []
-    if mode.scale_scopes != FULL_SCALE_SCOPES:
+    if core and mode.scale_scopes != FULL_SCALE_SCOPES:
         notes.append(
             f"{mode_name} mode: the scale scenario used {mode.scale_scopes:,} scopes, "
             f"not {FULL_SCALE_SCOPES:,}"
@@ -105,69 +115,120 @@ def _stage(name: str, start: float) -> None:
     print(f"  {name} done at {time.perf_counter() - start:.1f} s", flush=True)
 
 
-def run(mode_name: str, work: Path, pg_server: str | None) -> tuple[list[Result], dict[str, Any]]:
+def _core(stores: bench_scenarios.Stores, mode: Mode, work: Path, pg_url: str | None) -> list[Result]:
+    start = time.perf_counter()
+    results = bench_scenarios.load_warm(stores, mode.loads, mode.warmup)
+    results += bench_scenarios.load_cold(stores, mode.loads, mode.warmup)
+    _stage("loads", start)
+    results += bench_scenarios.save_add_one(stores, mode.saves, min(mode.warmup, 3))
+    _stage("saves", start)
+    results += bench_scenarios.inject(mode.injections, mode.warmup)
+    _stage("injection", start)
+    results += bench_scenarios.scale(work, mode.scale_scopes, SCALE_FACTS, mode.scale_loads, mode.warmup)
+    _stage("scale", start)
+    backends = {"sqlite": (f"sqlite:///{work / 'concurrency.db'}", SQLITE_NORMAL)}
+    if pg_url is not None:
+        backends["postgresql"] = (pg_url, stores.pg_durability)
+    results += bench_concurrency.concurrent_saves(
+        backends, work, mode.concurrent_saves, mode.concurrent_rounds
+    )
+    _stage("concurrency", start)
+    return results
+
+
+def _queue(mode_name: str, work: Path, pg_url: str | None, pg_durability: str) -> list[Result]:
+    start = time.perf_counter()
+    queue_url = f"sqlite:///{work / 'queue.db'}"
+    SqlMemoryStorage(queue_url)  # migrated before the worker processes start
+    backends = {"sqlite": (queue_url, SQLITE_NORMAL)}
+    if pg_url is not None:
+        backends["postgresql"] = (pg_url, pg_durability)
+    results = bench_queue.queue_throughput(backends, mode_name)
+    _stage("queue", start)
+    return results
+
+
+def run(
+    mode_name: str, work: Path, pg_server: str | None, only: str | None = None
+) -> tuple[list[Result], dict[str, Any]]:
+    """Every scenario, or with ``only="queue"`` the queue scenario alone."""
     mode = MODES[mode_name]
     use_bench_config(work)
-    start = time.perf_counter()
+    results: list[Result] = []
     with ExitStack() as stack:
         pg_url = stack.enter_context(bench_pg.bench_database(pg_server)) if pg_server else None
-        stores = bench_scenarios.open_stores(work, pg_url)
-        stack.callback(stores.raw.close)
-        stack.callback(stores.langgraph.conn.close)
-        pg_version = None
-        if stores.pg_conn is not None:
-            stack.callback(stores.pg_conn.close)
-            pg_version = str(stores.pg_conn.execute("SHOW server_version").fetchone()[0])
-        results = bench_scenarios.load_warm(stores, mode.loads, mode.warmup)
-        results += bench_scenarios.load_cold(stores, mode.loads, mode.warmup)
-        _stage("loads", start)
-        results += bench_scenarios.save_add_one(stores, mode.saves, min(mode.warmup, 3))
-        _stage("saves", start)
-        results += bench_scenarios.inject(mode.injections, mode.warmup)
-        _stage("injection", start)
-        results += bench_scenarios.scale(work, mode.scale_scopes, SCALE_FACTS, mode.scale_loads, mode.warmup)
-        _stage("scale", start)
-        backends = {"sqlite": (f"sqlite:///{work / 'concurrency.db'}", SQLITE_NORMAL)}
-        if pg_url is not None:
-            backends["postgresql"] = (pg_url, stores.pg_durability)
-        results += bench_concurrency.concurrent_saves(
-            backends, work, mode.concurrent_saves, mode.concurrent_rounds
-        )
-        _stage("concurrency", start)
+        pg_conn = bench_pg.connect(pg_url) if pg_url else None
+        if pg_conn is not None:
+            stack.callback(pg_conn.close)
+        pg_version = str(pg_conn.execute("SHOW server_version").fetchone()[0]) if pg_conn else None
+        pg_durability = bench_pg.durability(pg_conn) if pg_conn else ""
+        if only is None:
+            stores = bench_scenarios.open_stores(work, pg_url)
+            stack.callback(stores.raw.close)
+            stack.callback(stores.langgraph.conn.close)
+            if stores.pg_conn is not None:
+                stack.callback(stores.pg_conn.close)
+            results += _core(stores, mode, work, pg_url)
+        results += _queue(mode_name, work, pg_url, pg_durability)
     dispose_engines()
-    return results, _meta(mode_name, mode, pg_server, pg_version)
+    return results, _meta(mode_name, mode, pg_server, pg_version, only is None)
+
+
+def _is_queue(scenario: str) -> bool:
+    return scenario.startswith(bench_queue.SCENARIO_PREFIX)
+
+
+def _blocks(meta: dict[str, Any], title: str, results: list[Result], rows: list[dict[str, Any]]) -> list[str]:
+    """The generated text: the main region's, then the queue region's (each empty if nothing ran)."""
+    header = (
+        f"_{title}; wall time {meta['wall_seconds']} s; load average {meta['load_average']} at the start; "
+        f"Python {meta['python']}, SQLite {meta['sqlite']}, "
+        f"PostgreSQL {meta['postgresql_version'] or 'not run'}._"
+    )
+    notes = "\n".join(f"- {note}" for note in meta["notes"])
+    core = [r for r in results if not _is_queue(r.scenario)]
+    queue = [r for r in results if _is_queue(r.scenario)]
+    core_rows = [row for row in rows if not _is_queue(row["subject"])]
+    queue_rows = [row for row in rows if _is_queue(row["subject"])]
+    parts = [
+        (header, bench_report.verdict_table(core_rows), bench_report.results_table(core), notes)
+        if core
+        else (),
+        (header, bench_report.verdict_table(queue_rows), bench_report.queue_table(queue), notes)
+        if queue
+        else (),
+    ]
+    return ["\n\n".join(part for part in block if part) for block in parts]
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
     pg_server = os.environ.get(bench_pg.PG_URL_ENV) or None
-    print(f"memstore benchmark, {mode_name} mode", flush=True)
+    print(f"memstore benchmark, {mode_name} mode{', queue scenario only' if args.only else ''}", flush=True)
     started = time.perf_counter()
+    load_average = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="memstore-bench-", dir=args.work_dir) as work:
-        results, meta = run(mode_name, Path(work), pg_server)
+        results, meta = run(mode_name, Path(work), pg_server, args.only)
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
+    meta["load_average"] = load_average
     rows = bench_report.verdicts(results)
     args.out.mkdir(parents=True, exist_ok=True)
-    bench_report.write_json(args.out / "results.json", meta, results, rows)
     title = f"memstore benchmark ({mode_name}, {meta['generated_at']}, {meta['cpus']} CPUs)"
-    bench_report.write_chart(args.out / "chart.png", results, title)
-    notes = "\n".join(f"- {note}" for note in meta["notes"])
-    block = "\n\n".join(
-        part
-        for part in (
-            f"_{title}; wall time {meta['wall_seconds']} s; Python {meta['python']}, "
-            f"SQLite {meta['sqlite']}, PostgreSQL {meta['postgresql_version'] or 'not run'}._",
-            bench_report.verdict_table(rows),
-            bench_report.results_table(results),
-            notes,
-        )
-        if part
-    )
-    print("\n" + block)
-    print(f"\nwrote {args.out / 'results.json'} and {args.out / 'chart.png'}")
+    if args.only:
+        bench_report.merge_json(args.out / "results.json", meta, results, rows, _is_queue)
+    else:
+        bench_report.write_json(args.out / "results.json", meta, results, rows)
+        bench_report.write_chart(args.out / "chart.png", results, title)
+    blocks = _blocks(meta, title, results, rows)
+    print("\n" + "\n\n".join(block for block in blocks if block))
+    print(f"\nwrote {args.out / 'results.json'}" + ("" if args.only else f" and {args.out / 'chart.png'}"))
     if args.write_docs:
-        bench_report.write_docs(ROOT / "docs" / "performance.md", block)
+        for block, markers in zip(
+            blocks, (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS), strict=True
+        ):
+            if block:
+                bench_report.write_docs(ROOT / "docs" / "performance.md", block, markers)
         print("updated docs/performance.md")
     return 0
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot loads
 from bench_core import Result
 
-DOCS_BEGIN = "<!-- bench:begin -->"
-DOCS_END = "<!-- bench:end -->"
+DOCS_MARKERS = ("<!-- bench:begin -->", "<!-- bench:end -->")
+QUEUE_MARKERS = ("<!-- bench-queue:begin -->", "<!-- bench-queue:end -->")
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Target:
     throughput: bool = False
 
 
-TARGETS = (
+TARGETS: tuple[Target, ...] = (
     Target(
         "warm_load",
         "warm load ≤ 2× file warm load",
@@ -118,6 +119,43 @@ TARGETS = (
 )
 
 
+LINEAR_GOAL = 0.8
+"""The queue's scaling goal: N workers deliver at least 0.8 × N times one worker's throughput."""
+QUEUE_LAYOUTS = (("4w", 4, "4 workers"), ("16w", 16, "16 workers"), ("2x8w", 16, "2 processes × 8 workers"))
+
+
+def _queue_targets() -> tuple[Target, ...]:
+    targets = []
+    for delay in (1000, 200):
+        scenario = f"queue_llm_{delay}ms"
+        for backend, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
+            for label, workers, text in QUEUE_LAYOUTS:
+                targets.append(
+                    Target(
+                        f"queue_{backend}_{delay}ms_{label}",
+                        f"{name} queue, LLM {delay} ms: {text} ≥ {LINEAR_GOAL:g} × {workers} × 1 worker",
+                        (scenario, f"{backend}_{label}"),
+                        (scenario, f"{backend}_1w"),
+                        LINEAR_GOAL * workers,
+                        throughput=True,
+                    )
+                )
+        targets.append(
+            Target(
+                f"queue_{delay}ms_vs_memory_queue",
+                f"LLM {delay} ms: SQLite queue with 16 workers vs the memory queue (1 worker)",
+                (scenario, "sqlite_16w"),
+                (scenario, "memory_queue_1w"),
+                None,
+                throughput=True,
+            )
+        )
+    return tuple(targets)
+
+
+TARGETS += _queue_targets()
+
+
 def _value(result: Result, throughput: bool) -> float:
     return result.extra["throughput_per_s"] if throughput else result.median
 
@@ -166,6 +204,26 @@ def results_table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
+def queue_table(results: list[Result]) -> str:
+    """The queue scenarios in the terms of issue 15; empty when they did not run."""
+    lines = [
+        "| LLM delay | variant | workers | conversations/s | vs linear | enqueue p50 ms | enqueue p95 ms "
+        "| worker CPU ms/conversation | conversations |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if not r.scenario.startswith("queue_llm_"):
+            continue
+        delay = r.scenario.removeprefix("queue_llm_")
+        scaling = r.extra.get("scaling_vs_linear")
+        lines.append(
+            f"| {delay} | {r.variant} | {r.extra['workers']:.0f} | {r.extra['throughput_per_s']:.2f} "
+            f"| {'—' if scaling is None else f'{scaling:.2f}×'} | {r.median:.2f} | {r.p95:.2f} "
+            f"| {r.extra['cpu_ms_per_conversation']:.1f} | {r.extra['conversations']:.0f} |"
+        )
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
 def verdict_table(rows: list[dict[str, Any]]) -> str:
     lines = ["| target | ratio | limit | verdict |", "|---|---:|---:|---|"]
     for row in rows:
@@ -177,6 +235,27 @@ def verdict_table(rows: list[dict[str, Any]]) -> str:
 
 def write_json(path: Path, meta: dict[str, Any], results: list[Result], rows: list[dict[str, Any]]) -> None:
     payload = {"meta": meta, "results": [r.as_json() for r in results], "ratios": rows}
+    path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def merge_json(
+    path: Path,
+    meta: dict[str, Any],
+    results: list[Result],
+    rows: list[dict[str, Any]],
+    replaces: Callable[[str], bool],
+) -> None:
+    """Write this partial run's entries into ``path``, replacing the entries of the same scenarios.
+
+    The file's ``meta`` stays the full run's; this run's goes under ``partial_runs``.
+    """
+    payload: dict[str, Any] = {"meta": {}, "results": [], "ratios": []}
+    if path.exists():
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    payload["results"] = [r for r in payload["results"] if not replaces(r["scenario"])]
+    payload["results"] += [r.as_json() for r in results]
+    payload["ratios"] = [row for row in payload["ratios"] if not replaces(row["subject"])] + rows
+    payload["meta"].setdefault("partial_runs", {})[",".join(sorted({r.scenario for r in results}))] = meta
     path.write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
@@ -202,11 +281,12 @@ def write_chart(path: Path, results: list[Result], title: str) -> None:
     plt.close(figure)
 
 
-def write_docs(path: Path, block: str) -> None:
-    """Replace what lies between the bench markers in ``path``; the prose around it is left alone."""
+def write_docs(path: Path, block: str, markers: tuple[str, str] = DOCS_MARKERS) -> None:
+    """Replace what lies between ``markers`` in ``path``; the prose around it is left alone."""
+    begin, end = markers
     text = path.read_text(encoding="utf-8")
-    head, found, rest = text.partition(DOCS_BEGIN)
-    _, found_end, tail = rest.partition(DOCS_END)
+    head, found, rest = text.partition(begin)
+    _, found_end, tail = rest.partition(end)
     if not found or not found_end:
-        raise SystemExit(f"{path} lacks the {DOCS_BEGIN} ... {DOCS_END} markers")
-    path.write_text(f"{head}{DOCS_BEGIN}\n{block}\n{DOCS_END}{tail}", encoding="utf-8")
+        raise SystemExit(f"{path} lacks the {begin} ... {end} markers")
+    path.write_text(f"{head}{begin}\n{block}\n{end}{tail}", encoding="utf-8")

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SQLITE_VARIANTS = {
@@ -19,13 +20,16 @@ SQLITE_VARIANTS = {
     "inject_500": {"tiktoken", "tiktoken_uncached", "char_estimate"},
     "scale_cold_load": {"100_scopes", "many_scopes"},
     "concurrent_saves": {"sqlite_1proc", "sqlite_4proc"},
+    "queue_llm_200ms": {"sqlite_1w", "sqlite_4w", "sqlite_16w", "sqlite_2x8w", "memory_queue_1w"},
 }
 PG_VARIANTS = {
     "load_warm_100": {"postgresql"},
     "load_cold_100": {"postgresql", "psycopg_floor", "psycopg_select1"},
     **{f"save_add1_{size}": {"postgresql"} for size in (10, 100, 500)},
     "concurrent_saves": {"postgresql_1proc", "postgresql_4proc"},
+    "queue_llm_200ms": {"postgresql_1w", "postgresql_4w", "postgresql_16w", "postgresql_2x8w"},
 }
+QUEUE_LAYOUTS = {"1w": 1, "4w": 4, "16w": 16, "2x8w": 16}
 SQLITE_TARGETS = {
     "warm_load",
     "cold_vs_floor",
@@ -36,8 +40,15 @@ SQLITE_TARGETS = {
     "inject",
     "scale",
     "sqlite_concurrency",
+    *(f"queue_sqlite_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
+    "queue_200ms_vs_memory_queue",
 }
-PG_TARGETS = {"pg_concurrency", "pg_cold_vs_roundtrip", "pg_cold_vs_floor"}
+PG_TARGETS = {
+    "pg_concurrency",
+    "pg_cold_vs_roundtrip",
+    "pg_cold_vs_floor",
+    *(f"queue_postgresql_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
+}
 
 
 def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> None:
@@ -72,6 +83,8 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
         assert isinstance(row["median_ms"], float | int) and isinstance(row["p95_ms"], float | int)
         assert row["p95_ms"] >= row["median_ms"] >= 0
         assert row["durability"]
+        if row["scenario"].startswith("queue_llm_"):
+            _check_queue_row(row)
     assert seen == expected
     ratios = {row["target"]: row for row in payload["ratios"]}
     assert set(ratios) == targets
@@ -79,7 +92,51 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
         assert isinstance(row["ratio"], float | int) and row["ratio"] > 0
         assert row["verdict"] in {"met", "missed", "info"}
     assert "smoke mode: the scale scenario used" in result.stdout
+    assert "| 200ms | sqlite_16w | 16 |" in result.stdout  # the queue's own table
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+
+    # --only queue replaces the queue's entries and keeps every other scenario's.
+    chart = (tmp_path / "chart.png").read_bytes()
+    rerun = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--smoke",
+            "--only",
+            "queue",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    merged = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert merged["meta"]["generated_at"] == payload["meta"]["generated_at"]
+    assert set(merged["meta"]["partial_runs"]) == {"queue_llm_200ms"}
+    pairs = [(row["scenario"], row["variant"]) for row in merged["results"]]
+    assert sorted(pairs) == sorted((row["scenario"], row["variant"]) for row in payload["results"])
+    assert {row["target"] for row in merged["ratios"]} == targets
+    assert "load_warm_100" not in rerun.stdout and "| 200ms | sqlite_1w | 1 |" in rerun.stdout
+    assert (tmp_path / "chart.png").read_bytes() == chart
+
+
+def _check_queue_row(row: dict[str, Any]) -> None:
+    """A queue variant reports throughput, CPU per conversation and, but the baseline, its scaling."""
+    backend, layout = row["variant"].rsplit("_", 1)
+    assert row["throughput_per_s"] > 0 and row["cpu_ms_per_conversation"] > 0
+    assert row["conversations"] >= row["workers"] >= 1
+    if backend == "memory_queue":
+        assert "scaling_vs_linear" not in row and row["workers"] == 1
+    else:
+        assert row["workers"] == QUEUE_LAYOUTS[layout]
+        assert row["scaling_vs_linear"] > 0
+        if layout == "1w":
+            assert row["scaling_vs_linear"] == 1
 
 
 def test_quick_and_smoke_are_exclusive() -> None:
