@@ -13,6 +13,7 @@ import socket
 import click
 
 from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN
+from memstore.cli.output import user_id_option
 from memstore.document import MAX_DOCUMENT_BYTES
 from memstore.scope import validate_user_id
 from memstore.storage.loader import get_memory_storage
@@ -21,7 +22,12 @@ from memstore.storage.loader import get_memory_storage
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port.")
-@click.option("--user", "user_id", help="Serve this one user's memory: every request acts as this user.")
+@click.option(
+    "--user",
+    "user_id",
+    callback=user_id_option,
+    help="Serve this one user's memory: every request acts as this user.",
+)
 @click.option(
     "--user-header",
     help="Take the user from this request header (external ids pass through make_safe_user_id). "
