@@ -55,7 +55,8 @@ def _contents(document: dict[str, Any]) -> set[str]:
 
 
 def test_deermem_builds_a_subclass_of_its_abc_from_its_config() -> None:
-    cls = deerflow.DeerMemStorage
+    cls: type = deerflow.DeerMemStorage
+    assert issubclass(cls, DeerMemStore)
     assert issubclass(cls, deerflow_standins.DeerMemMemoryStorage)
     assert issubclass(cls.manifest_conflict, deerflow_standins.MemoryManifestRevisionConflict)
     assert issubclass(cls.fact_conflict, deerflow_standins.MemoryFactRevisionConflict)
