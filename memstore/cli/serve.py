@@ -13,7 +13,6 @@ import socket
 import click
 
 from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN
-from memstore.cli.output import user_id_option
 from memstore.document import MAX_DOCUMENT_BYTES
 from memstore.scope import validate_user_id
 from memstore.storage.loader import get_memory_storage
@@ -25,7 +24,6 @@ from memstore.storage.loader import get_memory_storage
 @click.option(
     "--user",
     "user_id",
-    callback=user_id_option,
     help="Serve this one user's memory: every request acts as this user.",
 )
 @click.option(

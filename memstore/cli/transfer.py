@@ -22,7 +22,6 @@ from memstore.storage.loader import get_memory_storage
 @click.option(
     "--user",
     "user_id",
-    callback=user_id_option,
     help="Scope for a single-file import (default: the legacy global scope).",
 )
 @click.option("--agent", "agent_name", help="Agent scope for a single-file import.")
