@@ -20,8 +20,12 @@ class ConfigError(MemstoreError, ValueError):
     """Raised at startup for configuration that cannot work; the message names the field."""
 
 
-class InvalidScopeError(MemstoreError, ValueError):
-    """A user id or agent name that could escape its scope (path traversal, bad characters)."""
+class InvalidScopeError(MemstoreError):
+    """A user id or agent name that could escape its scope (path traversal, bad characters).
+
+    Deliberately not a ``ValueError``: hosts map ``ValueError`` to "bad content" (DeerFlow's router
+    reported a long user id as "Memory fact content cannot be empty"). Catch it by type.
+    """
 
 
 # -- storage -------------------------------------------------------------------------------
@@ -29,6 +33,17 @@ class InvalidScopeError(MemstoreError, ValueError):
 
 class StorageUnavailableError(MemstoreError):
     """The backing store cannot be reached (database down, disk gone); retrying later may succeed."""
+
+
+class StorageSetupError(MemstoreError):
+    """A storage that cannot start: no database URL, a database not migrated, a host setting wrong.
+
+    Retrying does not help; the message names the setting or the command that fixes it.
+    """
+
+
+class RevisionConflictError(MemstoreError):
+    """The caller expected the scope at one revision and the store is at another; nothing was saved."""
 
 
 class StorageWriteError(MemstoreError, OSError):

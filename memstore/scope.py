@@ -61,3 +61,14 @@ def make_safe_user_id(raw: str) -> str:
         return raw
     safe = re.sub(r"[^A-Za-z0-9_-]", "-", raw)[:100]
     return f"{safe}-{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+def external_user_id(raw: str) -> str:
+    """The stored user id for an id handed over from outside (a host, an operator's ``--user``).
+
+    A valid user id is taken as it is: that is what memstore prints, and what a host hands over
+    after its own ``make_safe_user_id`` (DeerFlow's uses the same sanitise-and-digest scheme, so
+    ``alice@example.com`` reaches the store as the same ``alice-example-com-<digest>`` either way).
+    Anything else, an email or an id over 128 characters, goes through ``make_safe_user_id``.
+    """
+    return raw if USER_ID_PATTERN.fullmatch(raw) else make_safe_user_id(raw)

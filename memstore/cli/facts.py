@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from memstore.cli.output import echo_json, echo_table
+from memstore.cli.output import echo_json, echo_table, user_id_option
 from memstore.document import FACT_CATEGORIES
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
 from memstore.storage.records import AgentFilter, iso
@@ -19,7 +19,7 @@ _DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
 def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The filter flags shared by ``list`` and ``search``."""
     options = [
-        click.option("--user", "user_id", help="Only this user's facts."),
+        click.option("--user", "user_id", callback=user_id_option, help="Only this user's facts."),
         click.option("--agent", "agent_name", help="Only this agent's memory."),
         click.option("--no-agent", is_flag=True, help="Only the users' own memory (no agent)."),
         click.option("--category", help="Only this category (preference, knowledge, context, ...)."),

@@ -6,13 +6,13 @@ import json
 
 import click
 
-from memstore.cli.output import echo_json, echo_table
+from memstore.cli.output import echo_json, echo_table, user_id_option
 from memstore.queries import ANY_AGENT, FactFilter, memory_history
 from memstore.storage.records import HistoryEntry, iso
 
 
 @click.command()
-@click.option("--user", "user_id", required=True, help="User id.")
+@click.option("--user", "user_id", callback=user_id_option, required=True, help="User id.")
 @click.option("--agent", "agent_name", help="Only this agent's memory (default: all of the user's scopes).")
 @click.option("--fact", "fact_id", help="Only the changes of this fact id.")
 @click.option("--limit", default=100, show_default=True, help="Show the newest N changes (1-1000).")

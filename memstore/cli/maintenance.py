@@ -8,13 +8,15 @@ from datetime import timedelta
 import click
 
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
-from memstore.cli.output import echo_counts, echo_json
+from memstore.cli.output import echo_counts, echo_json, user_id_option
 from memstore.queries import erase_user, list_scopes
 from memstore.queries import vacuum as vacuum_store
 
 
 @click.command()
-@click.option("--user", "user_id", required=True, help="The user whose memory is erased.")
+@click.option(
+    "--user", "user_id", callback=user_id_option, required=True, help="The user whose memory is erased."
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a terminal).")
 @click.option("--json", "as_json", is_flag=True, help="Print the deleted row counts as JSON.")
 def erase(user_id: str, yes: bool, as_json: bool) -> None:

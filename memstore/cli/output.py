@@ -9,6 +9,8 @@ from typing import Any
 
 import click
 
+from memstore.scope import external_user_id
+
 MAX_CELL = 60
 
 
@@ -63,3 +65,13 @@ def _width(text: str) -> int:
 
 def _pad(text: str, width: int) -> str:
     return text + " " * (width - _width(text))
+
+
+def user_id_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A lookup's ``--user`` takes a stored id or the external id a gateway saw (``alice@example.com``).
+
+    Both find the scope the gateway wrote: see ``memstore.scope.external_user_id``. Commands that
+    write a named scope (``import --user``, ``serve --user``) keep strict ids, so a typo is an
+    error instead of a new scope.
+    """
+    return None if value is None else external_user_id(value)

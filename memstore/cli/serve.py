@@ -21,7 +21,11 @@ from memstore.storage.loader import get_memory_storage
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port.")
-@click.option("--user", "user_id", help="Serve this one user's memory: every request acts as this user.")
+@click.option(
+    "--user",
+    "user_id",
+    help="Serve this one user's memory: every request acts as this user.",
+)
 @click.option(
     "--user-header",
     help="Take the user from this request header (external ids pass through make_safe_user_id). "

@@ -7,6 +7,7 @@ import json
 import click
 
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
+from memstore.cli.output import user_id_option
 from memstore.ops.view import memory_lines
 from memstore.queries import operations_of
 from memstore.scope import resolve_scope
@@ -14,7 +15,7 @@ from memstore.storage.loader import get_memory_storage
 
 
 @click.command()
-@click.option("--user", "user_id", required=True, help="User id.")
+@click.option("--user", "user_id", callback=user_id_option, required=True, help="User id.")
 @click.option("--agent", "agent_name", help="Agent name (default: the user's own memory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the memory document as JSON.")
 def show(user_id: str, agent_name: str | None, as_json: bool) -> None:

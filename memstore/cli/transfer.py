@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
+from memstore.cli.output import user_id_option
 from memstore.ops.transfer import ImportReport, export_scopes, import_entries
 from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
@@ -18,7 +19,11 @@ from memstore.storage.loader import get_memory_storage
 
 @click.command("import")
 @click.argument("path", type=click.Path(exists=True, path_type=Path))
-@click.option("--user", "user_id", help="Scope for a single-file import (default: the legacy global scope).")
+@click.option(
+    "--user",
+    "user_id",
+    help="Scope for a single-file import (default: the legacy global scope).",
+)
 @click.option("--agent", "agent_name", help="Agent scope for a single-file import.")
 @click.option("--dry-run", is_flag=True, help="Report what would change without writing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -49,7 +54,12 @@ def import_command(
 
 @click.command("export")
 @click.argument("destination", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--user", "user_id", help="Export only this user's scopes (default: every scope).")
+@click.option(
+    "--user",
+    "user_id",
+    callback=user_id_option,
+    help="Export only this user's scopes (default: every scope).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the written files as JSON.")
 def export_command(destination: Path, user_id: str | None, as_json: bool) -> None:
     """Write stored memory to DESTINATION in the tree layout ``memstore import`` reads.

@@ -46,7 +46,9 @@ from memstore.errors import (
     InvalidFactError,
     InvalidScopeError,
     QueryError,
+    RevisionConflictError,
     StaleDocumentError,
+    StorageSetupError,
     StorageUnavailableError,
     StorageWriteError,
 )
@@ -224,7 +226,7 @@ def _mapped_errors() -> Iterator[None]:
     """The one place memstore's typed errors become the documented HTTP errors."""
     try:
         yield
-    except (DuplicateFactError, FactEditConflictError) as exc:
+    except (DuplicateFactError, FactEditConflictError, RevisionConflictError) as exc:
         raise HTTPException(409, str(exc)) from exc
     except FactNotFoundError as exc:
         raise HTTPException(404, f"Memory fact '{exc.fact_id}' not found.") from exc
@@ -240,7 +242,7 @@ def _mapped_errors() -> Iterator[None]:
         raise RequestValidationError([{"loc": ["user"], "msg": str(exc), "type": "value_error"}]) from exc
     except StaleDocumentError as exc:
         raise HTTPException(409, str(exc)) from exc
-    except (StorageUnavailableError, StorageWriteError) as exc:
+    except (StorageUnavailableError, StorageWriteError, StorageSetupError) as exc:
         # StorageWriteError: the provider's save returned False (the database refused the write).
         raise HTTPException(503, _UNAVAILABLE) from exc
 

@@ -81,11 +81,12 @@ MAX_ORIGIN = 255
 class SqlMemoryStorage(MemoryStorage):
     """Memory documents in SQL; ``database_url`` defaults to the configured one (embedded SQLite)."""
 
-    def __init__(self, database_url: str | None = None) -> None:
+    def __init__(self, database_url: str | None = None, *, max_facts: int | None = None) -> None:
+        """``max_facts`` overrides the configured cap (a host such as DeerFlow brings its own)."""
         config = get_memory_config()
         self._url = database_url if database_url is not None else database_url_from_config(config)
         self._engine = get_engine(self._url)
-        self._max_facts = config.max_facts
+        self._max_facts = config.max_facts if max_facts is None else max_facts
         # A stuck lock on one scope must cost its own save a retry, not everyone's saves a wait.
         lock_ms = round(config.write_lock_timeout_seconds * 1000)
         self._write_options = {SQLITE_WRITE_OPTION: True, SQLITE_BUSY_TIMEOUT_OPTION: lock_ms}

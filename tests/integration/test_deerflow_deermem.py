@@ -1,0 +1,207 @@
+"""Contract of the DeerMem adapter (``memory.backend_config.storage_class``) on SQLite and PostgreSQL.
+
+DeerMem's ABC and conflict exceptions come from ``tests/support/deerflow_standins.py`` (signatures
+and names only); the change sets below have the shape DeerMem's updater sends.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from memstore.errors import RevisionConflictError
+from memstore.integrations import deerflow
+from memstore.integrations.deerflow import DeerMemStore
+from memstore.storage.sql import SqlMemoryStorage
+from tests.support import deerflow_standins
+
+deerflow_standins.install()
+
+
+@dataclass
+class Config:
+    """The one ``DeerMemConfig`` field the adapter reads."""
+
+    max_facts: int = 100
+
+
+def _storage(url: str, max_facts: int = 100) -> DeerMemStore:
+    storage = deerflow.DeerMemStorage(Config(max_facts), database_url=url)
+    assert isinstance(storage, DeerMemStore)
+    return storage
+
+
+def _fact(content: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "id": f"fact_{uuid.uuid4().hex[:8]}",
+        "content": content,
+        "category": "knowledge",
+        "confidence": 0.9,
+        "source": {"type": "conversation", "threadId": "thread-1"},
+        **extra,
+    }
+
+
+def _summaries(text: str) -> dict[str, Any]:
+    return {"user": {"workContext": {"summary": text, "updatedAt": "2026-01-01T00:00:00Z"}}}
+
+
+def _contents(document: dict[str, Any]) -> set[str]:
+    return {fact["content"] for fact in document["facts"]}
+
+
+def test_deermem_builds_a_subclass_of_its_abc_from_its_config() -> None:
+    cls: type = deerflow.DeerMemStorage
+    assert issubclass(cls, DeerMemStore)
+    assert issubclass(cls, deerflow_standins.DeerMemMemoryStorage)
+    assert issubclass(cls.manifest_conflict, deerflow_standins.MemoryManifestRevisionConflict)
+    assert issubclass(cls.fact_conflict, deerflow_standins.MemoryFactRevisionConflict)
+
+
+def test_round_trip_with_per_user_summaries_and_per_agent_facts(sql_url: str) -> None:
+    storage = _storage(sql_url)
+    summaries = storage.load(user_id="alice") | _summaries("Builds gateways")
+    assert storage.save(summaries, user_id="alice", expected_revision=0)
+    tagged = _fact("Uses PostgreSQL", topics=["db"])
+    assert storage.save({"facts": [tagged]}, "__default__", user_id="alice")
+    assert storage.save({"facts": [_fact("Writes Rust")]}, "coder", user_id="alice")
+    default = storage.load("__default__", user_id="alice")
+    coder = storage.load("coder", user_id="alice")
+    assert (
+        default["user"]["workContext"]["summary"]
+        == coder["user"]["workContext"]["summary"]
+        == "Builds gateways"
+    )
+    assert _contents(default) == {"Uses PostgreSQL"} and _contents(coder) == {"Writes Rust"}
+    fact = default["facts"][0]
+    assert fact["source"] == tagged["source"] and fact["topics"] == ["db"] and fact["revision"] == 1
+    assert fact["scope"] == {"userId": "alice", "agentName": "__default__"}
+    assert storage.load(user_id="alice")["facts"] == []
+    # The default bucket is the user's own memstore scope: what `memstore show --user alice` reads.
+    assert {f["content"] for f in SqlMemoryStorage(sql_url).load(user_id="alice")["facts"]} == {
+        "Uses PostgreSQL"
+    }
+
+
+def test_users_are_isolated_and_arguments_are_not_mutated(sql_url: str) -> None:
+    storage = _storage(sql_url)
+    change_set = {"upserts": [_fact("Alice only")], "upsertRevisions": {}}
+    before = copy.deepcopy(change_set)
+    storage.apply_changes(change_set, user_id="alice", agent_name="__default__")
+    assert change_set == before
+    document = {"facts": [_fact("Bob only")]}
+    kept = copy.deepcopy(document)
+    assert storage.save(document, "__default__", user_id="b" * 140)
+    assert document == kept
+    assert _contents(storage.load("__default__", user_id="alice")) == {"Alice only"}
+    assert _contents(storage.load("__default__", user_id="b" * 140)) == {"Bob only"}
+
+
+def test_a_stale_expected_revision_raises_deermems_conflict(sql_url: str) -> None:
+    storage = _storage(sql_url)
+    loaded = storage.load("__default__", user_id="alice")
+    assert storage.save({"facts": [_fact("First")]}, "__default__", user_id="alice", expected_revision=0)
+    with pytest.raises(deerflow_standins.MemoryManifestRevisionConflict) as raised:
+        storage.save(
+            {"facts": [_fact("Second")]}, "__default__", user_id="alice", expected_revision=loaded["revision"]
+        )
+    assert isinstance(raised.value, RevisionConflictError)
+    with pytest.raises(deerflow_standins.MemoryManifestRevisionConflict):
+        storage.apply_changes({"summaries": _summaries("x")}, user_id="alice", expected_manifest_revision=0)
+    assert _contents(storage.load("__default__", user_id="alice")) == {"First"}
+
+
+def test_two_stale_writers_without_expected_revision_merge(sql_url: str) -> None:
+    first, second = _storage(sql_url), _storage(sql_url)
+    assert first.save({"facts": [_fact("Base")]}, "coder", user_id="alice")
+    a, b = first.load("coder", user_id="alice"), second.load("coder", user_id="alice")
+    a["facts"].append(_fact("From A"))
+    b["facts"].append(_fact("From B"))
+    assert first.save(a, "coder", user_id="alice")
+    assert second.save(b, "coder", user_id="alice")
+    assert _contents(first.reload("coder", user_id="alice")) == {"Base", "From A", "From B"}
+
+
+def test_apply_changes_is_one_revision_of_row_changes_with_fact_revisions(sql_url: str) -> None:
+    storage = _storage(sql_url)
+    keep, drop = _fact("Keep"), _fact("Drop")
+    result = storage.apply_changes(
+        {"upserts": [keep, drop], "upsertRevisions": {keep["id"]: None, drop["id"]: None}},
+        user_id="alice",
+        agent_name="__default__",
+        expected_manifest_revision=0,
+    )
+    assert result["complete"] is False and result["revision"] == 1 and result["deletedFactIds"] == []
+    edited = keep | {"content": "Keep, edited"}
+    result = storage.apply_changes(
+        {
+            "upserts": [edited],
+            "upsertRevisions": {keep["id"]: 1},
+            "deletes": [drop["id"]],
+            "deleteRevisions": {drop["id"]: 1},
+            "summaries": _summaries("Edited together"),
+        },
+        user_id="alice",
+        agent_name="__default__",
+        expected_manifest_revision=1,
+    )
+    assert result["revision"] == 2  # facts and summaries of the default bucket: one transaction
+    assert result["deletedFactIds"] == [drop["id"]]
+    assert [fact["revision"] for fact in result["upsertedFacts"]] == [2]
+    document = storage.load("__default__", user_id="alice")
+    assert _contents(document) == {"Keep, edited"}
+    assert document["user"]["workContext"]["summary"] == "Edited together"
+    with pytest.raises(deerflow_standins.MemoryFactRevisionConflict):
+        storage.apply_changes(
+            {"upserts": [edited | {"content": "stale"}], "upsertRevisions": {keep["id"]: 1}},
+            user_id="alice",
+            agent_name="__default__",
+        )
+    with pytest.raises(deerflow_standins.MemoryFactRevisionConflict):
+        storage.apply_changes(
+            {"upserts": [_fact("dup") | {"id": keep["id"]}], "upsertRevisions": {keep["id"]: None}},
+            user_id="alice",
+            agent_name="__default__",
+        )
+    assert _contents(storage.load("__default__", user_id="alice")) == {"Keep, edited"}
+
+
+def test_summaries_sent_with_a_named_agents_facts_land_on_the_user(sql_url: str) -> None:
+    storage = _storage(sql_url)
+    storage.apply_changes(
+        {"upserts": [_fact("Agent fact")], "summaries": _summaries("Shared")},
+        user_id="alice",
+        agent_name="coder",
+        expected_manifest_revision=0,
+    )
+    assert storage.load(user_id="alice")["user"]["workContext"]["summary"] == "Shared"
+    assert _contents(storage.load("coder", user_id="alice")) == {"Agent fact"}
+
+
+def test_clear_all_empties_every_bucket_and_the_summaries(sql_url: str) -> None:
+    storage = _storage(sql_url)
+    storage.apply_changes(
+        {"upserts": [_fact("d")], "summaries": _summaries("s")}, user_id="alice", agent_name="__default__"
+    )
+    storage.apply_changes({"upserts": [_fact("c")]}, user_id="alice", agent_name="coder")
+    storage.apply_changes({"upserts": [_fact("bob")]}, user_id="bob", agent_name="coder")
+    cleared = storage.clear_all(user_id="alice")
+    assert cleared["facts"] == [] and cleared["user"]["workContext"]["summary"] == ""
+    assert storage.load("coder", user_id="alice")["facts"] == []
+    assert _contents(storage.load("coder", user_id="bob")) == {"bob"}
+
+
+def test_the_cap_is_deermems_max_facts_and_the_hooks_are_no_ops(sql_url: str) -> None:
+    storage = _storage(sql_url, max_facts=10)
+    facts = [_fact(f"fact {n}", confidence=0.5 + n / 100) for n in range(12)]
+    assert storage.save({"facts": facts}, "__default__", user_id="alice")
+    assert len(storage.load("__default__", user_id="alice")["facts"]) == 10
+    assert storage.get_fact_usage(agent_name="__default__", user_id="alice") == {}
+    storage.record_fact_accesses([facts[0]["id"]], agent_name="__default__", user_id="alice")
+    storage.clear_fact_metadata(agent_name="__default__", user_id="alice")
+    assert len(storage.load("__default__", user_id="alice")["facts"]) == 10
+    storage.close()
