@@ -66,9 +66,10 @@ def make_safe_user_id(raw: str) -> str:
 def external_user_id(raw: str) -> str:
     """The stored user id for an id handed over from outside (a host, an operator's ``--user``).
 
-    A valid user id is taken as it is: that is what memstore prints, and what a host hands over
-    after its own ``make_safe_user_id`` (DeerFlow's uses the same sanitise-and-digest scheme, so
-    ``alice@example.com`` reaches the store as the same ``alice-example-com-<digest>`` either way).
-    Anything else, an email or an id over 128 characters, goes through ``make_safe_user_id``.
+    Exactly ``make_safe_user_id``, so the mapping stays injective: a valid id is stored as it is,
+    anything else (an email, an id over 128 characters) gets its sanitised, digested form, and a
+    valid id that already looks encoded is encoded again rather than allowed to land on another
+    id's scope. A host that encodes ids itself (DeerFlow does, with the same scheme) therefore
+    has them stored under its own id's encoding: look them up by the id the host shows.
     """
-    return raw if USER_ID_PATTERN.fullmatch(raw) else make_safe_user_id(raw)
+    return make_safe_user_id(raw)

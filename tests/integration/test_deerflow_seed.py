@@ -94,8 +94,10 @@ def test_scopes_are_isolated_and_long_ids_are_accepted(sql_url: str) -> None:
     assert _contents(storage.load("coder", user_id=deerflow_email_id)) == {"alice/coder"}
     sql = SqlMemoryStorage(sql_url)
     assert _contents(sql.load(user_id=make_safe_user_id(long_id))) == {"uuuuu/None"}
-    # DeerFlow's already-safe id is stored as it is: the id memstore's CLI derives from the email.
-    assert _contents(sql.load(user_id=deerflow_email_id)) == {"alice/None"}
+    # An id that already looks encoded is encoded again (the mapping stays injective): it cannot
+    # land on the scope of the email it was derived from, and `--user <that id>` finds it.
+    assert _contents(sql.load(user_id=make_safe_user_id(deerflow_email_id))) == {"alice/None"}
+    assert sql.load(user_id=deerflow_email_id)["facts"] == []
 
 
 def test_save_does_not_mutate_the_callers_document(sql_url: str) -> None:

@@ -11,9 +11,11 @@ a bare ``SqlMemoryStorage``:
   So DeerFlow's saves still merge with concurrent writers instead of overwriting them. A document
   that arrives without them (an import) replaces the scope, as it does with DeerFlow's files.
 - **Clear is memstore's clear.** DeerFlow clears by saving an empty document; that becomes
-  ``SqlMemoryStorage.clear`` (stamps ``cleared_at``, leaves no tombstone per fact).
-- **Ids.** Any id DeerFlow accepts works: ids memstore rejects (over 128 characters) are mapped
-  with ``make_safe_user_id``; see ``memstore.scope.external_user_id``.
+  ``SqlMemoryStorage.clear``: it stamps ``cleared_at``, so an update captured before the clear
+  cannot refill the scope; the facts become audited tombstones, as any deletion does, until
+  ``memstore vacuum`` purges them.
+- **Ids.** Any id DeerFlow accepts works: each goes through ``make_safe_user_id`` (valid ids are
+  kept, others mapped, injectively); see ``memstore.scope.external_user_id``.
 - **Caps.** ``max_facts`` is DeerFlow's ``memory.max_facts``, not memstore's default.
 - **Duplicates.** A new manual fact that memstore's dedup drops makes ``save`` return ``False``,
   so DeerFlow does not report as created a fact that was not stored.
