@@ -63,13 +63,12 @@ def make_safe_user_id(raw: str) -> str:
     return f"{safe}-{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
 
 
-def external_user_id(raw: str) -> str:
-    """The stored user id for an id handed over from outside (a host, an operator's ``--user``).
+def lookup_user_id(raw: str) -> str:
+    """The stored id an operator means by ``raw`` (the CLI's ``--user`` on lookups and erase).
 
-    Exactly ``make_safe_user_id``, so the mapping stays injective: a valid id is stored as it is,
-    anything else (an email, an id over 128 characters) gets its sanitised, digested form, and a
-    valid id that already looks encoded is encoded again rather than allowed to land on another
-    id's scope. A host that encodes ids itself (DeerFlow does, with the same scheme) therefore
-    has them stored under its own id's encoding: look them up by the id the host shows.
+    A valid id is taken as the stored id it is: every id memstore prints can be looked up and
+    erased. Anything else (an email, an id over 128 characters) is what a gateway passed through
+    ``make_safe_user_id``, so it is mapped the same way. This is a lookup, not a write path:
+    writers from outside (the gateway, the adapters) always use ``make_safe_user_id``.
     """
-    return make_safe_user_id(raw)
+    return raw if USER_ID_PATTERN.fullmatch(raw) else make_safe_user_id(raw)

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from memstore.scope import external_user_id
+from memstore.scope import lookup_user_id
 
 MAX_CELL = 60
 
@@ -70,8 +70,8 @@ def _pad(text: str, width: int) -> str:
 def user_id_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     """A lookup's ``--user`` takes a stored id or the external id a gateway saw (``alice@example.com``).
 
-    Both find the scope the gateway wrote: see ``memstore.scope.external_user_id``. Commands that
+    Both find the scope the gateway wrote: see ``memstore.scope.lookup_user_id``. Commands that
     write a named scope (``import --user``, ``serve --user``) keep strict ids, so a typo is an
     error instead of a new scope.
     """
-    return None if value is None else external_user_id(value)
+    return None if value is None else lookup_user_id(value)

@@ -87,7 +87,9 @@ class DatabaseUpdateQueue:
         self._keeper = LeaseKeeper(self._engine)
         self._runner = ClaimRunner(self._engine, self._keeper, self._count, self._stopping)
         self._buffer = OutageBuffer()
-        self._enqueuer = BoundedCalls("memstore-enqueue")
+        self._enqueuer = BoundedCalls(
+            "memstore-enqueue", stuck_after=lambda: get_memory_config().queue_enqueue_timeout_seconds
+        )
         self._buffer_thread: threading.Thread | None = None
         self._closed = False
         self._flush_updater: LeasedUpdater | None = None
@@ -151,7 +153,7 @@ class DatabaseUpdateQueue:
             self._to_buffer(item, immediately, config)
             return
         write = self._enqueuer.run(self._write, [(item, immediately)], config, self._enqueue_engine)
-        if write is None:  # every request-path writer is stuck on the database
+        if write is None:  # every request-path writer is stuck on the (hung) database
             self._to_buffer(item, immediately, config)
             return
         try:
@@ -341,6 +343,7 @@ class DatabaseUpdateQueue:
             try:
                 if updater is None:
                     updater = self._updater_factory()
+                self._runner.pause.wait(self._stopping)  # the endpoint asked for time (Retry-After)
                 claim = self._claim(config)
                 failures = 0
             except (SQLAlchemyError, MemstoreError) as exc:
@@ -376,7 +379,7 @@ class DatabaseUpdateQueue:
                 with conn.begin():
                     now = utcnow()
                     for item, immediately in items:
-                        queue_table.enqueue(
+                        stored = queue_table.enqueue(
                             conn,
                             item,
                             owner=self.owner,
@@ -386,6 +389,12 @@ class DatabaseUpdateQueue:
                             if immediately
                             else now + timedelta(seconds=MAX_DEBOUNCE_FACTOR * debounce),
                         )
+                        if not stored:
+                            logger.info(
+                                "memory queue: a newer turn of thread %s is queued already; this one "
+                                "is not (a late write, or a replica whose clock is behind)",
+                                item.thread_id,
+                            )
         except (SQLAlchemyError, MemstoreError) as exc:
             logger.warning("memory queue cannot write to %s; buffering in this process: %s", self.url, exc)
             return False

@@ -14,7 +14,8 @@ How a conversation ends, by what the updater did:
 - anything else: the same backoff, and dead once it has failed so ``update_max_attempts`` times
   (outages and transient errors do not count towards that).
 
-A ``Retry-After`` also pauses this process's other workers before their next LLM call.
+A ``Retry-After`` also pauses this process's other workers: they claim nothing until it has
+passed, and a worker holding a claim gives its remaining rows back instead of waiting on them.
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ class EndpointPause:
     def pause(self, seconds: float) -> None:
         with self._lock:
             self._until = max(self._until, time.monotonic() + seconds)
+
+    def active(self) -> bool:
+        with self._lock:
+            return self._until > time.monotonic()
 
     def wait(self, stopping: threading.Event) -> None:
         with self._lock:
@@ -178,13 +183,14 @@ class ClaimRunner:
         self._keeper = keeper
         self._count = count
         self._stopping = stopping
-        self._pause = EndpointPause()
+        self.pause = EndpointPause()
 
     def run(self, claim: ScopeClaim, updater: LeasedUpdater) -> None:
         self._keeper.hold(claim.token)
         try:
             for leased in claim.conversations:
-                if self._stopping.is_set() or self._keeper.lost(claim.token):
+                # Paused by a Retry-After: give the rest back rather than hold the scope meanwhile.
+                if self._stopping.is_set() or self._keeper.lost(claim.token) or self.pause.active():
                     break
                 self._run_one(leased, updater)
         finally:
@@ -214,7 +220,6 @@ class ClaimRunner:
             timestamp=item.captured_at,
         )
         config = get_memory_config()
-        self._pause.wait(self._stopping)
         try:
             updated = updater.process(context, leased.lease)
         except LeaseLostError as exc:
@@ -230,7 +235,7 @@ class ClaimRunner:
         except (StorageUnavailableError, LLMUnavailableError) as exc:
             retry_after = exc.retry_after if isinstance(exc, LLMUnavailableError) else None
             if retry_after:
-                self._pause.pause(retry_after)
+                self.pause.pause(retry_after)
             self._retry(leased, config, exc, permanent=False, retry_after=retry_after)
             return
         except Exception as exc:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -309,3 +309,74 @@ def test_the_request_path_buffers_while_the_database_is_unreachable(tmp_path: Pa
 def test_sql_provider_and_queue_share_an_engine(configured: MemoryConfig, sql_url: str) -> None:
     storage = get_memory_storage()
     assert isinstance(storage, SqlMemoryStorage) and storage.engine is get_engine(sql_url)
+
+
+def test_a_busy_healthy_database_gets_every_turn_and_the_buffer_none(
+    configured: MemoryConfig, engine: Engine
+) -> None:
+    """Concurrent requests wait their turn for a writer; only a stuck writer sends turns to the buffer."""
+    queue = get_memory_queue()
+    assert isinstance(queue, DatabaseUpdateQueue)
+
+    def requests(user: int) -> None:
+        for turn in range(5):
+            queue.add(f"t{turn}", _turn(f"I prefer item {user}-{turn}."), user_id=f"u{user}")
+
+    threads = [threading.Thread(target=requests, args=(user,)) for user in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+
+    assert len(queue._buffer) == 0
+    assert len(_rows(engine)) == 40 and queue.stats.accepted == 40
+
+
+def test_the_same_turn_written_twice_runs_once(configured: MemoryConfig, engine: Engine) -> None:
+    """A write that outlived the request's wait can land after its buffered copy was written."""
+    queue = get_memory_queue()
+    context = ConversationContext("t1", _turn("I prefer tea."), None, "alice")
+    queue.submit(context, immediately=True)
+    queue.flush()
+    queue.submit(context, immediately=True)  # the same capture again
+
+    [row] = _rows(engine)
+    assert (row.state, row.generation) == ("done", 1)
+    later = ConversationContext(
+        "t1",
+        _turn("I prefer tea. I prefer chess."),
+        None,
+        "alice",
+        timestamp=context.timestamp + timedelta(seconds=1),
+    )
+    queue.submit(later)
+    [row] = _rows(engine)
+    assert (row.state, row.generation) == ("pending", 2), "a newer turn reopens it"
+
+
+def test_queue_retry_gives_a_dead_conversation_a_full_set_of_tries(
+    configured: MemoryConfig, engine: Engine
+) -> None:
+    get_memory_queue().add("t1", _turn("I prefer tea."), user_id="alice")
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE memory_queue SET state = 'dead', attempts = 10, failures = 10, "
+                "not_before = due_at, last_error = 'boom'"
+            )
+        )
+    assert CliRunner().invoke(main, ["queue", "retry", "--all"]).exit_code == 0
+    [row] = _rows(engine)
+    assert (row.state, row.attempts, row.failures, row.not_before) == ("pending", 0, 0, None)
+
+
+def test_a_capture_time_in_another_zone_is_queued_as_utc(configured: MemoryConfig, engine: Engine) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    captured = datetime.now(plus_two)
+    get_memory_queue().submit(
+        ConversationContext("t1", _turn("I prefer tea."), None, "alice", timestamp=captured)
+    )
+    [row] = _rows(engine)
+    assert abs(_utc(row.captured_at) - captured) < timedelta(milliseconds=1), (
+        "the instant, not the wall clock"
+    )

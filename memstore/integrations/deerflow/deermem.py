@@ -35,7 +35,7 @@ from memstore.document import MemoryDocument
 from memstore.errors import RevisionConflictError, StorageWriteError
 from memstore.integrations.deerflow.deermem_facts import fact_revision, next_version, to_deermem, to_memstore
 from memstore.integrations.deerflow.opening import LazySql
-from memstore.scope import external_user_id
+from memstore.scope import make_safe_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.codec import INCARNATION_KEY
 
@@ -228,7 +228,7 @@ class DeerMemStore:
 
     @staticmethod
     def _user(user_id: str | None) -> str | None:
-        return None if user_id is None else external_user_id(user_id)
+        return None if user_id is None else make_safe_user_id(user_id)
 
     @staticmethod
     def _bucket(agent_name: str | None) -> str | None:

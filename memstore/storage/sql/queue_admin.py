@@ -102,13 +102,20 @@ def _dead(ids: list[int] | None) -> object:
 
 
 def retry_dead(conn: Connection, now: datetime, ids: list[int] | None = None) -> int:
-    """Put dead rows (all, or ``ids``) back as pending and due now, with their attempts reset."""
+    """Put dead rows (all, or ``ids``) back as pending and due now, with a full set of tries."""
     return int(
         conn.execute(
             update(_queue)
             .where(_dead(ids))  # type: ignore[arg-type]
             .values(
-                state="pending", attempts=0, due_at=now, pending_since=now, latest_due_at=now, updated_at=now
+                state="pending",
+                attempts=0,
+                failures=0,
+                not_before=None,
+                due_at=now,
+                pending_since=now,
+                latest_due_at=now,
+                updated_at=now,
             )
         ).rowcount
     )

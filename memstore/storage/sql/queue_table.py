@@ -88,13 +88,15 @@ def enqueue(
     now: datetime,
     due_at: datetime,
     latest_due_at: datetime,
-) -> None:
-    """Insert the conversation, or fold it into its pending row (one statement).
+) -> bool:
+    """Insert the conversation, or fold it into its pending row (one statement); ``False`` when a
+    newer turn of it is stored already.
 
     A pending row keeps the earlier of its own and the new ``due_at``, and never moves past the
     ``latest_due_at`` fixed when it first became pending (the starvation cap) nor before a
     retry's ``not_before``. A leased row gets the new messages for its next generation; a done or
-    dead row starts afresh. A turn captured before the stored one changes nothing.
+    dead row starts afresh. A turn captured before the stored one changes nothing (replicas must
+    keep their clocks in sync for this to pick the newest turn).
     """
     insert = insert_for(conn)(_queue).values(
         thread_id=item.thread_id,
@@ -144,10 +146,14 @@ def enqueue(
             "enqueued_by": new.enqueued_by,
             "updated_at": new.updated_at,
         },
-        # A write that arrives late (it outlived the request's wait) never replaces a newer turn.
-        where=_queue.c.captured_at <= new.captured_at,
+        # A write that arrives late (it outlived the request's wait) never replaces a newer turn,
+        # and the same turn written twice (late, and again from the buffer) never runs twice.
+        where=or_(
+            _queue.c.captured_at < new.captured_at,
+            and_(_queue.c.captured_at == new.captured_at, pending),
+        ),
     )
-    conn.execute(statement)
+    return bool(conn.execute(statement).rowcount)
 
 
 def _case(condition: Any, then: Any, otherwise: Any) -> Any:
