@@ -139,6 +139,12 @@ class MemoryUpdater:
                 options["lease"] = lease
             saved = storage.save(updated, context.agent_name, user_id=context.user_id, **options)
         except SchemaNotReadyError as exc:
+            logger.error(
+                "memory update for thread %s is kept for retry: the database schema is not ready "
+                "(run `memstore db upgrade`): %s",
+                context.thread_id,
+                exc,
+            )
             raise StorageUnavailableError(
                 f"the database schema is not ready (run `memstore db upgrade`): {exc}"
             ) from exc

@@ -416,7 +416,7 @@ def test_database_errors_are_logged_with_the_password_masked(
         SqlMemoryStorage(url)
     assert "memstore:***@127.0.0.1:1" in str(first_use.value) and "s3cr3t" not in str(first_use.value)
     # Skip the schema check to exercise the save path's error handling.
-    monkeypatch.setattr(storage_module, "prepare_database", lambda engine, *, auto_migrate: None)
+    monkeypatch.setattr(storage_module, "prepare_once", lambda engine, *, auto_migrate: None)
     storage = SqlMemoryStorage(url)
     assert storage.url == "postgresql+psycopg://memstore:***@127.0.0.1:1/memstore?connect_timeout=2"
     with caplog.at_level(logging.ERROR), pytest.raises(StorageUnavailableError) as saving:
