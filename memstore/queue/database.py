@@ -420,7 +420,7 @@ class DatabaseUpdateQueue:
 
     def _forget_if_written(self, late: Future[bool], item: QueuedConversation) -> None:
         """A write that outlived its wait did land after all: the buffer need not write it again."""
-        if late.exception() is None and late.result():
+        if not late.cancelled() and late.exception() is None and late.result():
             self._buffer.forget(item)
 
     def _write_buffer(self, config: MemoryConfig) -> bool:
