@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,8 +49,11 @@ class QueueStats:
     """Database queue: updates not saved because their lease expired and another worker took over."""
 
 
-class UpdateQueue(Protocol):
-    """The API both queues offer (``MemoryUpdateQueue`` and ``DatabaseUpdateQueue``)."""
+class UpdateQueue(ABC):
+    """The API both queues offer (``MemoryUpdateQueue`` and ``DatabaseUpdateQueue``).
+
+    ``add`` and ``add_nowait`` are the reference's calls, written once here in terms of ``submit``.
+    """
 
     def add(
         self,
@@ -59,7 +63,13 @@ class UpdateQueue(Protocol):
         user_id: str | None = None,
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
-    ) -> None: ...
+    ) -> None:
+        """Queue a conversation, due after the debounce."""
+        self.submit(
+            ConversationContext(
+                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+            )
+        )
 
     def add_nowait(
         self,
@@ -69,25 +79,41 @@ class UpdateQueue(Protocol):
         user_id: str | None = None,
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
-    ) -> None: ...
+    ) -> None:
+        """Queue a conversation, due now."""
+        self.submit(
+            ConversationContext(
+                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+            ),
+            immediately=True,
+        )
 
+    @abstractmethod
     def submit(self, context: ConversationContext, *, immediately: bool = False) -> None: ...
 
+    @abstractmethod
     def flush(self) -> None: ...
 
+    @abstractmethod
     def flush_nowait(self) -> None: ...
 
+    @abstractmethod
     def shutdown(self, timeout: float | None = None) -> bool: ...
 
+    @abstractmethod
     def close(self) -> None: ...
 
+    @abstractmethod
     def wait_idle(self, timeout: float | None = None) -> bool: ...
 
     @property
+    @abstractmethod
     def is_processing(self) -> bool: ...
 
     @property
+    @abstractmethod
     def pending_count(self) -> int: ...
 
     @property
+    @abstractmethod
     def stats(self) -> QueueStats: ...

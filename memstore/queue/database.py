@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
@@ -33,7 +32,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import MemstoreError, StorageUnavailableError
-from memstore.queue.contract import QueueStats
+from memstore.queue.contract import QueueStats, UpdateQueue
 from memstore.queue.debounced import (
     MAX_DEBOUNCE_FACTOR,
 )
@@ -48,7 +47,7 @@ from memstore.queue.workers import (
     write_transaction_options,
 )
 from memstore.storage.sql import queue_claims, queue_table
-from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION, get_engine, mask_url
+from memstore.storage.sql.engine import get_engine, mask_url
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
 from memstore.update.updater import MemoryUpdater
@@ -64,7 +63,7 @@ def _default_updater() -> LeasedUpdater:
     return MemoryUpdater()
 
 
-class DatabaseUpdateQueue:
+class DatabaseUpdateQueue(UpdateQueue):
     """The process's handle on the shared queue; see the module docstring."""
 
     def __init__(
@@ -106,39 +105,6 @@ class DatabaseUpdateQueue:
         return mask_url(self._url)
 
     # -- the queue API, as the memory queue's -------------------------------------------------
-
-    def add(
-        self,
-        thread_id: str,
-        messages: list[Any],
-        agent_name: str | None = None,
-        user_id: str | None = None,
-        correction_detected: bool = False,
-        reinforcement_detected: bool = False,
-    ) -> None:
-        """The reference's call: queue a conversation, due after the debounce."""
-        self.submit(
-            ConversationContext(
-                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
-            )
-        )
-
-    def add_nowait(
-        self,
-        thread_id: str,
-        messages: list[Any],
-        agent_name: str | None = None,
-        user_id: str | None = None,
-        correction_detected: bool = False,
-        reinforcement_detected: bool = False,
-    ) -> None:
-        """The reference's call: queue a conversation, due now."""
-        self.submit(
-            ConversationContext(
-                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
-            ),
-            immediately=True,
-        )
 
     def submit(self, context: ConversationContext, *, immediately: bool = False) -> None:
         """Write ``context`` to the queue (or, while the database is unreachable, to the buffer)."""
@@ -370,8 +336,7 @@ class DatabaseUpdateQueue:
     ) -> bool:
         """Upsert ``items`` in one transaction; ``False`` (logged) when the database refused."""
         debounce = float(config.debounce_seconds)
-        options: dict[str, Any] = {SQLITE_WRITE_OPTION: True}
-        options[SQLITE_BUSY_TIMEOUT_OPTION] = round(config.queue_enqueue_timeout_seconds * 1000)
+        options = queue_table.write_options(round(config.queue_enqueue_timeout_seconds * 1000))
         try:
             self._prepare()
             with engine.connect() as conn:

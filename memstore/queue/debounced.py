@@ -26,7 +26,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
 
 from memstore.capture.conversation import ConversationContext, ConversationKey
 from memstore.capture.filtering import bound_conversation
@@ -34,7 +33,7 @@ from memstore.capture.message_access import text_only
 from memstore.config import get_memory_config
 from memstore.errors import StorageUnavailableError
 from memstore.queue.bounds import QueueBudget, conversation_chars
-from memstore.queue.contract import ConversationUpdater, QueueStats, UpdaterFactory
+from memstore.queue.contract import ConversationUpdater, QueueStats, UpdateQueue, UpdaterFactory
 from memstore.queue.retry import retry_delay
 from memstore.update.updater import MemoryUpdater
 
@@ -56,7 +55,7 @@ def _remaining(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
-class MemoryUpdateQueue:
+class MemoryUpdateQueue(UpdateQueue):
     """Thread-safe debounced queue; see the module docstring for the scheduling rules."""
 
     def __init__(self, updater_factory: UpdaterFactory | None = None) -> None:
@@ -76,39 +75,6 @@ class MemoryUpdateQueue:
         self._processing = False
         self._rerun_pending = False
         self._closed = False
-
-    def add(
-        self,
-        thread_id: str,
-        messages: list[Any],
-        agent_name: str | None = None,
-        user_id: str | None = None,
-        correction_detected: bool = False,
-        reinforcement_detected: bool = False,
-    ) -> None:
-        """The reference's call: queue a conversation and restart the debounce timer."""
-        self.submit(
-            ConversationContext(
-                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
-            )
-        )
-
-    def add_nowait(
-        self,
-        thread_id: str,
-        messages: list[Any],
-        agent_name: str | None = None,
-        user_id: str | None = None,
-        correction_detected: bool = False,
-        reinforcement_detected: bool = False,
-    ) -> None:
-        """The reference's call: queue a conversation and process the whole queue now."""
-        self.submit(
-            ConversationContext(
-                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
-            ),
-            immediately=True,
-        )
 
     def submit(self, context: ConversationContext, *, immediately: bool = False) -> None:
         """Queue ``context``; restart the debounce timer, or process the whole queue now (background)."""

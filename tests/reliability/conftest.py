@@ -17,7 +17,10 @@ import pytest
 from memstore.config import FILE_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.queue import reset_memory_queue
 from memstore.storage.loader import reset_memory_storage
+from memstore.storage.sql.engine import dispose_engines
+from memstore.storage.sql.migrate import upgrade
 from tests.support.openai_server import OpenAIStubServer
+from tests.support.pg_cluster import PgCluster, private_cluster
 
 REPORT_ENV = "MEMSTORE_RELIABILITY_REPORT"
 
@@ -75,3 +78,26 @@ def store_settings(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, 
     if request.param == "file":
         return {"storage_class": FILE_STORAGE_CLASS, "data_dir": str(tmp_path / "files")}
     return {"database_url": str(request.getfixturevalue(f"{request.param}_url"))}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PgCluster]:
+    """A private PostgreSQL cluster the outage tests may stop, freeze and restart."""
+    with private_cluster() as running:
+        yield running
+
+
+@pytest.fixture
+def outage_url(cluster: PgCluster) -> Iterator[str]:
+    """A migrated database on ``cluster``, which is left running (thawed or restarted) afterwards."""
+    try:
+        with cluster.database() as url:
+            upgrade(url)
+            yield url
+            dispose_engines()
+            if (cluster.data / "postmaster.pid").exists():
+                cluster.thaw()
+            else:
+                cluster.start()
+    finally:
+        dispose_engines()

@@ -12,7 +12,6 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,34 +24,13 @@ from memstore.storage.sql.migrate import upgrade
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import fact, prompt_conversation, turn, update_reply
 from tests.support.openai_server import OpenAIStubServer
-from tests.support.pg_cluster import PgCluster, private_cluster
+from tests.support.pg_cluster import PgCluster
 
 pytestmark = pytest.mark.postgres
 
 USERS = ["u0", "u1", "u2"]
 CONTEXT_TIMEOUT = 1.0
 _TOKEN = re.compile(r"remember (\S+)")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[PgCluster]:
-    with private_cluster() as running:
-        yield running
-
-
-@pytest.fixture
-def outage_url(cluster: PgCluster) -> Iterator[str]:
-    try:
-        with cluster.database() as url:
-            upgrade(url)
-            yield url
-            dispose_engines()
-            if (cluster.data / "postmaster.pid").exists():
-                cluster.thaw()
-            else:
-                cluster.start()
-    finally:
-        dispose_engines()
 
 
 def remember_reply(body: dict[str, Any]) -> str:

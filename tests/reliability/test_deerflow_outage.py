@@ -8,37 +8,15 @@ from __future__ import annotations
 
 import copy
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from memstore.errors import StorageUnavailableError
 from memstore.integrations.deerflow import SeedStore
-from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.migrate import upgrade
-from tests.support.pg_cluster import PgCluster, private_cluster
+from tests.support.pg_cluster import PgCluster
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[PgCluster]:
-    with private_cluster() as running:
-        yield running
-
-
-@pytest.fixture
-def outage_url(cluster: PgCluster) -> Iterator[str]:
-    try:
-        with cluster.database() as url:
-            upgrade(url)
-            yield url
-            dispose_engines()
-            if not (cluster.data / "postmaster.pid").exists():
-                cluster.start()
-    finally:
-        dispose_engines()
 
 
 def _fact(content: str) -> dict[str, Any]:

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import text as sql_text
 
 from memstore.queue.database import DatabaseUpdateQueue
-from memstore.storage.sql.engine import dispose_engines, get_engine
-from memstore.storage.sql.migrate import upgrade
+from memstore.storage.sql.engine import get_engine
 from tests.reliability.conftest import Record, configure
 from tests.reliability.llm_script import turn
 from tests.reliability.queue_support import Conversation, conversation, llm_config, lost_facts, queue_rows
 from tests.reliability.queue_support import token_reply as remember
 from tests.support.openai_server import OpenAIStubServer
-from tests.support.pg_cluster import PgCluster, private_cluster
+from tests.support.pg_cluster import PgCluster
 
 pytestmark = pytest.mark.postgres
 
@@ -34,27 +32,6 @@ LLM_SECONDS = 0.15
 ENQUEUE_TIMEOUT = 1.0
 # libpq waits at least 2 s to connect (queue.database.enqueue_engine); the rest is slack for a busy CI box.
 SUBMIT_BOUND = 2.0 + 2.0
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[PgCluster]:
-    with private_cluster() as running:
-        yield running
-
-
-@pytest.fixture
-def outage_url(cluster: PgCluster) -> Iterator[str]:
-    try:
-        with cluster.database() as url:
-            upgrade(url)
-            yield url
-            dispose_engines()
-            if (cluster.data / "postmaster.pid").exists():
-                cluster.thaw()
-            else:
-                cluster.start()
-    finally:
-        dispose_engines()
 
 
 class SlowModel:
