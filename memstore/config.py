@@ -77,6 +77,29 @@ class MemoryConfig(BaseModel):
     queue_lease_seconds: float = Field(default=60.0, ge=0.5, le=3600)
     queue_poll_seconds: float = Field(default=1.0, gt=0, le=60)
     queue_enqueue_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    # Staleness review and consolidation (the reference's fields and defaults).
+    staleness_review_enabled: bool = True
+    staleness_age_days: int = Field(default=90, ge=30, le=365)
+    staleness_min_candidates: int = Field(default=3, ge=1, le=50)
+    staleness_max_removals_per_cycle: int = Field(default=10, ge=1, le=50)
+    staleness_protected_categories: list[str] = Field(default_factory=lambda: ["correction"])
+    consolidation_enabled: bool = False
+    consolidation_min_facts: int = Field(default=8, ge=3, le=30)
+    consolidation_max_groups_per_cycle: int = Field(default=3, ge=1, le=10)
+    consolidation_max_sources: int = Field(default=8, ge=2, le=20)
+    # Retention: which facts go at max_facts, and which decay away (docs/operations.md).
+    eviction_policy: Literal["hybrid", "confidence"] = "hybrid"
+    eviction_confidence_weight: float = Field(default=0.65, ge=0.0, le=1.0)
+    eviction_confirmation_weight: float = Field(default=0.25, ge=0.0, le=1.0)
+    eviction_access_weight: float = Field(default=0.10, ge=0.0, le=1.0)
+    confirmation_half_life_days: float = Field(default=90.0, ge=1, le=3650)
+    access_half_life_days: float = Field(default=30.0, ge=1, le=3650)
+    eviction_reserved_fraction: float = Field(default=0.10, ge=0.0, le=1.0)
+    eviction_reserved_max: int = Field(default=10, ge=0, le=500)
+    expire_below: float | None = Field(default=None, gt=0.0, lt=1.0)
+    lifecycle_interval_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
+    access_tracking: bool = True
+    access_interval_seconds: float = Field(default=300.0, ge=1, le=86_400)
 
     @field_validator(
         "shutdown_timeout_seconds",
@@ -90,10 +113,19 @@ class MemoryConfig(BaseModel):
         "queue_lease_seconds",
         "queue_poll_seconds",
         "queue_enqueue_timeout_seconds",
+        "eviction_confidence_weight",
+        "eviction_confirmation_weight",
+        "eviction_access_weight",
+        "confirmation_half_life_days",
+        "access_half_life_days",
+        "eviction_reserved_fraction",
+        "expire_below",
+        "lifecycle_interval_seconds",
+        "access_interval_seconds",
     )
     @classmethod
-    def _finite(cls, value: float) -> float:
-        if not math.isfinite(value):
+    def _finite(cls, value: float | None) -> float | None:
+        if value is not None and not math.isfinite(value):
             raise ValueError("must be a finite number")
         return value
 
@@ -105,6 +137,15 @@ class MemoryConfig(BaseModel):
         return value.strip()
 
     @model_validator(mode="after")
+    def _weights_sum_to_one(self) -> MemoryConfig:
+        total = sum(
+            (self.eviction_confidence_weight, self.eviction_confirmation_weight, self.eviction_access_weight)
+        )
+        if not math.isclose(total, 1.0, abs_tol=1e-9):
+            raise ValueError(f"the three eviction weights must sum to 1.0 (they sum to {total:g})")
+        return self
+
+    @model_validator(mode="after")
     def _api_key_from_environment(self) -> MemoryConfig:
         if self.llm_api_key is None and os.environ.get("OPENAI_API_KEY"):
             # Bypass validate_assignment: re-entering validation here would recurse.
@@ -114,9 +155,16 @@ class MemoryConfig(BaseModel):
 
 def _env_value(field: str, raw: str) -> Any:
     """Turn an environment string into what pydantic expects for ``field``."""
-    if raw == "" and field in {"database_url", "model_name", "llm_base_url", "llm_api_key", "queue_backend"}:
+    if raw == "" and field in {
+        "database_url",
+        "model_name",
+        "llm_base_url",
+        "llm_api_key",
+        "queue_backend",
+        "expire_below",
+    }:
         return None
-    if field == "guaranteed_categories":
+    if field in {"guaranteed_categories", "staleness_protected_categories"}:
         stripped = raw.strip()
         if stripped.startswith("["):
             return json.loads(stripped)

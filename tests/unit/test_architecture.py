@@ -19,7 +19,10 @@ import pytest
 import memstore
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("core", ("memstore.errors", "memstore.document", "memstore.scope", "memstore.config")),
+    (
+        "core",
+        ("memstore.errors", "memstore.document", "memstore.scope", "memstore.config", "memstore.retention"),
+    ),
     ("storage", ("memstore.storage",)),
     ("capture", ("memstore.capture",)),
     ("inject", ("memstore.inject",)),

@@ -124,6 +124,10 @@ class MemoryFact(Base):
     updated_revision: Mapped[int] = mapped_column(Integer, nullable=False)
     deleted_revision: Mapped[int | None] = mapped_column(Integer)
     deleted_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    # Retention signals (``memstore.retention``): not content, so writing them bumps no revision.
+    last_confirmed_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    last_accessed_at: Mapped[datetime | None] = mapped_column(Timestamp)
+    access_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
 
     __table_args__ = (
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
@@ -161,6 +165,9 @@ class MemoryHistory(Base):
     origin: Mapped[str] = mapped_column(String(255), nullable=False)
     before: Mapped[dict[str, Any] | None] = mapped_column(Json)
     after: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # Why a fact went when the save did not say so itself: eviction at the cap with its score,
+    # a staleness review, a consolidation, an expiry.
+    detail: Mapped[dict[str, Any] | None] = mapped_column(Json)
 
     __table_args__ = (
         CheckConstraint("entity IN ('fact', 'section')", name="known_entity"),
