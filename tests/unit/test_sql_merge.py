@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import itertools
 import json
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memstore.config import MemoryConfig
+from memstore.document import format_timestamp
+from memstore.retention import FactSignals, RetentionPolicy
 from memstore.storage.sql.codec import (
     FactValues,
     SectionValues,
@@ -19,6 +23,7 @@ from memstore.storage.sql.codec import (
     parse_document,
 )
 from memstore.storage.sql.merge import (
+    Cap,
     MergePlan,
     StoredFact,
     StoredSection,
@@ -27,6 +32,8 @@ from memstore.storage.sql.merge import (
 from memstore.storage.sql.merge import (
     assign_positions as _assign_positions,
 )
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 # --- codec -----------------------------------------------------------------------------------------
 
@@ -88,8 +95,13 @@ def test_known_values_use_real_columns() -> None:
 # --- merge -----------------------------------------------------------------------------------------
 
 
-def _values(fact_id: str, content: str, confidence: float = 0.8) -> FactValues:
-    return encode_fact({"content": content, "confidence": confidence, "category": "context"}, fact_id)
+def _values(
+    fact_id: str, content: str, confidence: float = 0.8, created_at: datetime | None = None
+) -> FactValues:
+    fact: dict[str, Any] = {"content": content, "confidence": confidence, "category": "context"}
+    if created_at is not None:
+        fact["createdAt"] = format_timestamp(created_at)
+    return encode_fact(fact, fact_id)
 
 
 def _row(
@@ -100,14 +112,18 @@ def _row(
     updated: int | None = None,
     deleted: int | None = None,
     confidence: float = 0.8,
+    created_at: datetime | None = None,
+    confirmed_at: datetime | None = None,
+    accessed: tuple[datetime, int] | None = None,
 ) -> StoredFact:
     return StoredFact(
         row_id=row_id,
-        values=_values(f"fact_{row_id:08x}", content, confidence),
+        values=_values(f"fact_{row_id:08x}", content, confidence, created_at),
         position=row_id,
         added_revision=added,
         updated_revision=updated if updated is not None else added,
         deleted_revision=deleted,
+        signals=FactSignals(confirmed_at, *(accessed or (None, 0))),
     )
 
 
@@ -124,6 +140,8 @@ def _plan(
     sections: dict[str, StoredSection] | None = None,
     user: dict[str, Any] | None = None,
     max_facts: int = 100,
+    policy: Literal["hybrid", "confidence"] = "confidence",
+    now: datetime = NOW,
 ) -> MergePlan:
     document: dict[str, Any] = {} if revision is None else {"revision": revision}
     if facts is not None:
@@ -137,7 +155,7 @@ def _plan(
         stored_sections=sections or {},
         stored_version="1.0",
         current=current,
-        max_facts=max_facts,
+        cap=Cap(max_facts, RetentionPolicy.of(MemoryConfig(eviction_policy=policy)), now),
         new_id=lambda: next(ids),
     )
 
@@ -213,6 +231,27 @@ def test_the_cap_drops_lowest_confidence_and_later_ties() -> None:
     assert _contents(plan) == ["a", "b", "e"]
     assert plan.tombstones == ["fact_00000003"]
     assert [values.content for values, _ in plan.inserts] == ["e"]
+
+
+def test_the_hybrid_cap_evicts_the_stale_unused_fact_and_records_its_score() -> None:
+    old = NOW - timedelta(days=400)
+    stored = [
+        _row(1, "old and forgotten", confidence=0.8, created_at=old),
+        _row(2, "recently confirmed", confidence=0.75, created_at=old, confirmed_at=NOW),
+        _row(3, "often used", confidence=0.7, created_at=old, accessed=(NOW, 6)),
+    ]
+    document = [decode_fact(row.values) for row in stored]
+    plan = _plan(document, stored, revision=1, current=1, max_facts=2, policy="hybrid")
+    assert _contents(plan) == ["recently confirmed", "often used"]
+    assert plan.tombstones == ["fact_00000001"]
+    detail = plan.removal_detail["fact_00000001"]
+    assert detail["reason"] == "evicted" and detail["policy"] == "hybrid" and detail["max_facts"] == 2
+    assert detail["confidence"] == 0.8 and detail["heat"] == 0.0
+    assert detail["score"] < 0.65 * 0.75 + 0.25  # below the confirmed fact's score
+    [change] = [change for change in plan.changes if change.action == "delete"]
+    assert change.detail == detail
+    confidence_only = _plan(document, stored, revision=1, current=1, max_facts=2)
+    assert _contents(confidence_only) == ["old and forgotten", "recently confirmed"]
 
 
 def test_without_facts_nothing_is_deleted() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import Row
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
+from memstore.retention import FactSignals
 from memstore.storage.sql.codec import (
     EMPTY_SECTION,
     INCARNATION_KEY,
@@ -71,10 +72,28 @@ def entry_from_rows(rows: Sequence[AnyRow]) -> CacheEntry:
     first = rows[0]
     facts: list[tuple[int, str, FactValues]] = []
     sections: dict[str, SectionValues] = {}
-    for *_, kind, name, position, text, category, confidence, stamp, source, source_error, extra in rows:
+    signals: dict[str, FactSignals] = {}
+    for (
+        *_,
+        kind,
+        name,
+        position,
+        text,
+        category,
+        confidence,
+        stamp,
+        source,
+        source_error,
+        extra,
+        confirmed,
+        accessed,
+        access_count,
+    ) in rows:
         if name is None:
             continue
         if kind == "f":
+            if confirmed is not None or access_count:
+                signals[name] = FactSignals(_raw_timestamp(confirmed), _raw_timestamp(accessed), access_count)
             values = FactValues(
                 fact_id=name,
                 content=text,
@@ -89,7 +108,9 @@ def entry_from_rows(rows: Sequence[AnyRow]) -> CacheEntry:
         else:
             sections[name] = SectionValues(text, _raw_timestamp(stamp), _raw_json(extra))
     facts.sort(key=lambda item: (item[0], item[1]))
-    snapshot = snapshot_of([item[2] for item in facts], [item[0] for item in facts], sections)
+    snapshot = snapshot_of(
+        [item[2] for item in facts], [item[0] for item in facts], sections, signals=signals
+    )
     entry_stamp = stamp_of(first, first.revision)
     document = _document(entry_stamp, first.version, first.scope_updated_at, snapshot)
     return entry_stamp, document, snapshot

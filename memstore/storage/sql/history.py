@@ -29,12 +29,16 @@ class Change:
     action: str
     before: dict[str, Any] | None
     after: dict[str, Any] | None
+    detail: dict[str, Any] | None = None
 
 
 def changes_of(plan: MergePlan) -> list[Change]:
     """The audit rows for ``plan``: what each write replaced and what it stored."""
     before = plan.fact_before
-    changes = [Change("fact", fact_id, "delete", before[fact_id], None) for fact_id in plan.tombstones]
+    changes = [
+        Change("fact", fact_id, "delete", before[fact_id], None, plan.removal_detail.get(fact_id))
+        for fact_id in plan.tombstones
+    ]
     writes = sorted(
         [(position, values, None) for values, position in plan.inserts]
         + [(position, values, before[values.fact_id]) for values, position in plan.updates],

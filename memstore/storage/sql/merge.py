@@ -16,7 +16,8 @@ Rules, per fact id:
   and kept; otherwise the caller deleted it and it is tombstoned.
 Sections take the caller's value only when it differs and the row is not newer than ``base``.
 Order: the document's order when ``base == current``, else the stored order with new facts
-appended. Finally ``max_facts`` tombstones the lowest-confidence facts (``most_confident``).
+appended. Finally the cap (``Cap``) tombstones the facts ``memstore.retention`` ranks lowest,
+recording each one's score in the audit ``detail``.
 
 Rows are addressed by fact id (unique per scope), and a revived fact is written like a new one
 (an upsert), so a plan needs no row ids. ``snapshot.plan_from_snapshot`` plans the common save
@@ -28,9 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from memstore.retention import NO_SIGNALS, Candidate, FactSignals, RetentionPolicy, Score
 from memstore.storage.sql.codec import (
     EMPTY_SECTION,
     FactValues,
@@ -50,6 +53,7 @@ class StoredFact:
     added_revision: int
     updated_revision: int
     deleted_revision: int | None
+    signals: FactSignals = NO_SIGNALS
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,8 @@ class MergePlan:
 
     ``fact_before`` and ``section_before`` hold the stored values of every updated or tombstoned
     fact and every updated section, which is all the audit trail needs besides the writes.
+    ``removal_detail`` says why a tombstoned fact went, where the save knows more than "the
+    caller deleted it" (an eviction's score, or what the caller reported).
     """
 
     revision: int
@@ -79,6 +85,7 @@ class MergePlan:
     facts: list[FactValues] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
     sections: dict[str, SectionValues] = field(default_factory=dict)
+    removal_detail: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def changed(self) -> bool:
@@ -97,9 +104,11 @@ class MergePlan:
         """The audit rows this plan implies (see ``history.py``)."""
         return changes_of(self)
 
-    def tombstone(self, fact_id: str, before: dict[str, Any]) -> None:
+    def tombstone(self, fact_id: str, before: dict[str, Any], detail: dict[str, Any] | None = None) -> None:
         self.tombstones.append(fact_id)
         self.fact_before[fact_id] = before
+        if detail is not None:
+            self.removal_detail[fact_id] = detail
 
     def update(self, values: FactValues, position: int, before: dict[str, Any]) -> None:
         self.updates.append((values, position))
@@ -134,15 +143,30 @@ def claim_content_keys(
     return edit_wins, add_wins
 
 
-def most_confident(facts: Sequence[FactValues], max_facts: int) -> set[int] | None:
-    """The cap rule, for both planners: indexes of the ``max_facts`` most confident facts.
+@dataclass(frozen=True, slots=True)
+class Cap:
+    """The cap rule, for both planners: at most ``max_facts`` live facts, ranked by ``policy``."""
 
-    Stable, so ties keep earlier facts; ``None`` when nothing is over the cap.
-    """
-    if len(facts) <= max_facts:
-        return None
-    ranked = sorted(range(len(facts)), key=lambda index: -facts[index].confidence)
-    return set(ranked[:max_facts])
+    max_facts: int
+    policy: RetentionPolicy
+    now: datetime
+
+    def choose(
+        self, facts: Sequence[FactValues], signals: Sequence[FactSignals]
+    ) -> tuple[set[int], dict[int, Score]] | None:
+        """Indexes kept and the evicted ones' scores; ``None`` when nothing is over the cap."""
+        if len(facts) <= self.max_facts:
+            return None
+        candidates = [
+            Candidate(values.fact_id, values.category, values.confidence, values.created_at, signal)
+            for values, signal in zip(facts, signals, strict=True)
+        ]
+        kept, evicted = self.policy.select(candidates, self.max_facts, self.now)
+        return set(kept), evicted
+
+    def detail(self, score: Score) -> dict[str, Any]:
+        """The audit ``detail`` of an eviction."""
+        return score.detail("evicted", policy=self.policy.policy, max_facts=self.max_facts)
 
 
 class _Kind(Enum):
@@ -166,7 +190,7 @@ def plan_merge(
     stored_sections: dict[str, StoredSection],
     stored_version: str,
     current: int,
-    max_facts: int,
+    cap: Cap,
     new_id: Callable[[], str],
 ) -> MergePlan:
     """The writes that merge ``incoming`` into the stored scope at revision ``current``.
@@ -184,7 +208,7 @@ def plan_merge(
         plan.positions = [row.position for row in live]
     else:
         entries = _fact_entries(incoming.facts, stored_facts, live, base, current, new_id, plan)
-        _write_facts(_cap(_dedup(entries), max_facts, plan), plan)
+        _write_facts(_cap(_dedup(entries), cap, plan), plan)
     merge_sections(incoming, stored_sections, base, plan)
     if incoming.version is not None and incoming.version != stored_version:
         plan.version = incoming.version
@@ -263,14 +287,19 @@ def _dedup(entries: list[_Entry]) -> list[_Entry]:
     return [entry for entry in entries if id(entry) not in dropped]
 
 
-def _cap(entries: list[_Entry], max_facts: int, plan: MergePlan) -> list[_Entry]:
-    """Apply ``most_confident``: stored facts beyond ``max_facts`` are tombstoned."""
-    keep = most_confident([entry.values for entry in entries], max_facts)
-    if keep is None:
+def _cap(entries: list[_Entry], cap: Cap, plan: MergePlan) -> list[_Entry]:
+    """Apply ``cap``: stored facts it evicts are tombstoned with their score."""
+    chosen = cap.choose(
+        [entry.values for entry in entries],
+        [entry.row.signals if entry.row is not None else NO_SIGNALS for entry in entries],
+    )
+    if chosen is None:
         return entries
-    for index, entry in enumerate(entries):
-        if index not in keep and entry.row is not None and entry.kind is not _Kind.REVIVE:
-            plan.tombstone(entry.row.values.fact_id, decode_fact(entry.row.values))
+    keep, evicted = chosen
+    for index, score in evicted.items():
+        entry = entries[index]
+        if entry.row is not None and entry.kind is not _Kind.REVIVE:
+            plan.tombstone(entry.row.values.fact_id, decode_fact(entry.row.values), cap.detail(score))
     return [entry for index, entry in enumerate(entries) if index in keep]
 
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, RootTransaction
 from sqlalchemy.engine import make_url
@@ -44,6 +45,7 @@ from memstore.errors import (
     StaleDocumentError,
     StorageUnavailableError,
 )
+from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
@@ -57,6 +59,7 @@ from memstore.storage.sql.engine import (
     get_engine,
     mask_url,
 )
+from memstore.storage.sql.merge import Cap
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.sql.statements import (
@@ -69,7 +72,7 @@ from memstore.storage.sql.statements import (
     WRITE_TIMEOUTS,
     scope_keys,
 )
-from memstore.storage.sql.write import apply_plan, late_write, plan_save
+from memstore.storage.sql.write import apply_plan, confirm_facts, late_write, plan_save
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +90,7 @@ class SqlMemoryStorage(MemoryStorage):
         self._url = database_url if database_url is not None else database_url_from_config(config)
         self._engine = get_engine(self._url)
         self._max_facts = config.max_facts if max_facts is None else max_facts
+        self._retention = RetentionPolicy.of(config)
         # A stuck lock on one scope must cost its own save a retry, not everyone's saves a wait.
         lock_ms = round(config.write_lock_timeout_seconds * 1000)
         self._write_options = {SQLITE_WRITE_OPTION: True, SQLITE_BUSY_TIMEOUT_OPTION: lock_ms}
@@ -163,8 +167,15 @@ class SqlMemoryStorage(MemoryStorage):
         origin: str | None = None,
         captured_at: datetime | None = None,
         lease: QueueLease | None = None,
+        removals: Mapping[str, Mapping[str, Any]] | None = None,
+        confirmed: Collection[str] = (),
     ) -> bool:
         """Merge ``memory`` into the scope (see ``merge.py``); ``origin`` is recorded in the audit trail.
+
+        ``removals`` says why facts missing from ``memory`` went (fact id to a JSON object such as
+        ``{"reason": "stale"}``); the audit row of each one the save tombstones carries it as
+        ``detail``. ``confirmed`` names live facts the update re-stated: their
+        ``last_confirmed_at`` is set in the same transaction, which is no content change.
 
         With a queue ``lease``, a save that changes anything also completes the leased queue row
         in the same transaction, and raises ``LeaseLostError`` (saving nothing) when another
@@ -195,6 +206,8 @@ class SqlMemoryStorage(MemoryStorage):
                 captured_at=captured_at,
                 cached=cached,
                 lease=lease,
+                removals=removals or {},
+                confirmed=list(confirmed),
             )
         except (SQLAlchemyError, UnicodeError) as exc:
             return self._write_failed(exc, scope, "save memory")
@@ -262,6 +275,8 @@ class SqlMemoryStorage(MemoryStorage):
         clear: bool = False,
         cached: CacheEntry | None = None,
         lease: QueueLease | None = None,
+        removals: Mapping[str, Mapping[str, Any]] | None = None,
+        confirmed: list[str] | None = None,
     ) -> CacheEntry | None:
         """Run the save transaction; returns what to cache, or None when there is nothing to cache.
 
@@ -291,14 +306,20 @@ class SqlMemoryStorage(MemoryStorage):
                     raise StaleDocumentError(f"memory not saved: {refusal}")
                 if clear:
                     conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
-                plan = plan_save(conn, scope_row, incoming, cached, self._max_facts)
+                cap = Cap(self._max_facts, self._retention, now)
+                plan = plan_save(conn, scope_row, incoming, cached, cap)
+                for fact_id in plan.tombstones:
+                    if fact_id not in plan.removal_detail and removals and fact_id in removals:
+                        plan.removal_detail[fact_id] = dict(removals[fact_id])
+                if confirmed and not created:
+                    confirm_facts(conn, scope_row.scope_id, confirmed, now)
                 if not plan.changed and clear:
                     return None
                 if not plan.changed:
                     if lease is not None and not created:
                         # Nothing to save, but the conversation is done: settle it right here.
                         self._complete(transaction, conn, lease, now)
-                    else:
+                    elif not confirmed or created:
                         transaction.rollback()
                     if created:
                         return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import compress, count, repeat
 from operator import attrgetter, is_not, ne
 
+from memstore.retention import NO_SIGNALS, FactSignals
 from memstore.storage.sql.codec import (
     FactValues,
     IncomingDocument,
@@ -23,12 +24,12 @@ from memstore.storage.sql.codec import (
     decode_section,
 )
 from memstore.storage.sql.merge import (
+    Cap,
     MergePlan,
     StoredSection,
     assign_positions,
     claim_content_keys,
     merge_sections,
-    most_confident,
 )
 
 
@@ -43,6 +44,9 @@ class Snapshot:
     positions: dict[str, int]
     owners: dict[str, str]  # content key -> id of the live fact that has it
     sections: dict[str, KnownSection]  # the stored section rows
+    # Retention signals of the facts that have any, as last read: they are no content, so
+    # recording an access or a confirmation does not invalidate the snapshot.
+    signals: dict[str, FactSignals]
 
 
 def snapshot_of(
@@ -50,8 +54,13 @@ def snapshot_of(
     positions: list[int],
     sections: dict[str, SectionValues],
     previous: Snapshot | None = None,
+    *,
+    signals: dict[str, FactSignals] | None = None,
 ) -> Snapshot:
-    """The snapshot of these rows; entries whose values ``previous`` already holds are reused, not decoded."""
+    """The snapshot of these rows; entries whose values ``previous`` already holds are reused, not decoded.
+
+    ``signals`` are the rows' retention signals; without them, ``previous``'s carry over.
+    """
     known = previous.facts if previous is not None else {}
     ids = list(map(_ID, facts))
     entries = dict(zip(ids, map(known.get, ids, repeat(_ABSENT)), strict=True))
@@ -74,22 +83,27 @@ def snapshot_of(
         if old_section is None or old_section.values is not section:
             old_section = KnownSection(decode_section(section), section)
         known_sections[name] = old_section
-    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections)
+    if signals is None:
+        kept = previous.signals if previous is not None else {}
+        signals = {fact_id: signal for fact_id, signal in kept.items() if fact_id in entries}
+    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections, signals)
 
 
 def plan_from_snapshot(
-    incoming: IncomingDocument, snapshot: Snapshot, *, current: int, stored_version: str, max_facts: int
+    incoming: IncomingDocument, snapshot: Snapshot, *, current: int, stored_version: str, cap: Cap
 ) -> MergePlan | None:
     """``plan_merge``'s plan for a document loaded at ``current`` while the store still holds ``snapshot``.
 
     Unchanged facts cost a lookup each; only changed ones are compared, deduplicated and written.
     None when the document has made-up ids: one could collide with a tombstone the snapshot omits.
+    The cap ranks with the retention signals as the snapshot read them (accesses flushed since
+    then count from the next read).
     """
     plan = MergePlan(revision=current + 1)
     if incoming.facts is None:
         plan.facts = [entry.fact.values for entry in snapshot.facts.values()]
         plan.positions = list(snapshot.positions.values())
-    elif not _facts_from_snapshot(incoming.facts, snapshot, max_facts, plan):
+    elif not _facts_from_snapshot(incoming.facts, snapshot, cap, plan):
         return None
     stored = {name: StoredSection(known.values, current) for name, known in snapshot.sections.items()}
     merge_sections(incoming, stored, current, plan)
@@ -98,12 +112,10 @@ def plan_from_snapshot(
     return plan
 
 
-def _facts_from_snapshot(
-    facts: list[IncomingFact], snapshot: Snapshot, max_facts: int, plan: MergePlan
-) -> bool:
+def _facts_from_snapshot(facts: list[IncomingFact], snapshot: Snapshot, cap: Cap, plan: MergePlan) -> bool:
     """The fact writes of ``plan_merge`` with ``base == current``, computed from the diff.
 
-    It applies merge's rule functions (``claim_content_keys``, ``most_confident``) to the changed
+    It applies merge's rule functions (``claim_content_keys``, ``Cap``) to the changed
     facts only: passes over every fact are C-level (map, compress), and Python code runs only for
     facts the caller changed.
     """
@@ -149,11 +161,13 @@ def _facts_from_snapshot(
     if dropped:
         order = [index for index in order if index not in dropped]
         final = [final[index] for index in order]
-    keep = most_confident(final, max_facts)
-    if keep is not None:
+    signals = snapshot.signals
+    chosen_at_cap = cap.choose(final, [signals.get(values.fact_id, NO_SIGNALS) for values in final])
+    if chosen_at_cap is not None:
+        keep, evicted = chosen_at_cap
         for rank, index in enumerate(order):
             if rank not in keep and stored[index] is not _ABSENT:
-                plan.tombstone(final[rank].fact_id, stored[index].raw)
+                plan.tombstone(final[rank].fact_id, stored[index].raw, cap.detail(evicted[rank]))
         order = [index for rank, index in enumerate(order) if rank in keep]
         final = [values for rank, values in enumerate(final) if rank in keep]
     current = list(map(snapshot.positions.get, map(_ID, final)))

@@ -79,6 +79,9 @@ LOAD_QUERY = union_all(
         _facts.c.source,
         _facts.c.source_error,
         type_coerce(_facts.c.extra, _RAW).label("extra"),
+        type_coerce(_facts.c.last_confirmed_at, _RAW).label("confirmed"),
+        type_coerce(_facts.c.last_accessed_at, _RAW).label("accessed"),
+        _facts.c.access_count,
     )
     .select_from(
         _scopes.outerjoin(
@@ -98,6 +101,9 @@ LOAD_QUERY = union_all(
         null(),
         null(),
         type_coerce(_sections.c.extra, _RAW),
+        null(),
+        null(),
+        null(),
     )
     .select_from(_scopes.join(_sections, _sections.c.scope_id == _scopes.c.id))
     .where(_SCOPE_MATCH),
@@ -122,6 +128,9 @@ _STORED_FACT = select(
     _facts.c.added_revision,
     _facts.c.updated_revision,
     _facts.c.deleted_revision,
+    _facts.c.last_confirmed_at,
+    _facts.c.last_accessed_at,
+    _facts.c.access_count,
 )
 _NAMED = _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True))
 # Live rows plus the tombstones of ids the document mentions: never the whole tombstone history.
@@ -176,7 +185,15 @@ def _insert_facts(dialect: Any) -> Any:
     revived = {name: statement.excluded[name] for name in (*FACT_COLUMNS, "added_revision")}
     return statement.on_conflict_do_update(
         index_elements=[_facts.c.scope_id, _facts.c.fact_id],
-        set_={**revived, "deleted_revision": None, "deleted_at": None},
+        # A revived fact starts its retention signals afresh, like a new one.
+        set_={
+            **revived,
+            "deleted_revision": None,
+            "deleted_at": None,
+            "last_confirmed_at": None,
+            "last_accessed_at": None,
+            "access_count": 0,
+        },
     )
 
 
@@ -212,6 +229,17 @@ INSERT_HISTORY = insert(_history).values(
     origin=bindparam("b_origin"),
     before=bindparam("b_before", type_=_NULLABLE_JSON),
     after=bindparam("b_after", type_=_NULLABLE_JSON),
+    detail=bindparam("b_detail", type_=_NULLABLE_JSON),
+)
+# A re-stated fact: a retention signal, not a content change (no revision, no audit row).
+CONFIRM_FACTS = (
+    update(_facts)
+    .where(
+        _facts.c.scope_id == bindparam("b_scope_id"),
+        _facts.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
+        _facts.c.deleted_revision.is_(None),
+    )
+    .values(last_confirmed_at=bindparam("b_now", type_=_facts.c.last_confirmed_at.type))
 )
 
 

@@ -12,14 +12,16 @@ from typing import Any
 from sqlalchemy import Connection, insert
 
 from memstore.document import as_utc, new_fact_id
+from memstore.retention import FactSignals
 from memstore.scope import Scope
 from memstore.storage.sql import maintenance
 from memstore.storage.sql.cache import AnyRow, CacheEntry, incarnation, stamp_of
 from memstore.storage.sql.codec import FactValues, IncomingDocument, SectionValues, json_object
-from memstore.storage.sql.merge import MergePlan, StoredFact, StoredSection, plan_merge
+from memstore.storage.sql.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
 from memstore.storage.sql.models import sections_table
 from memstore.storage.sql.snapshot import plan_from_snapshot
 from memstore.storage.sql.statements import (
+    CONFIRM_FACTS,
     FACTS_QUERY,
     INSERT_FACTS,
     INSERT_HISTORY,
@@ -69,7 +71,7 @@ def late_write(
 
 
 def plan_save(
-    conn: Connection, scope_row: AnyRow, incoming: IncomingDocument, cached: CacheEntry | None, max_facts: int
+    conn: Connection, scope_row: AnyRow, incoming: IncomingDocument, cached: CacheEntry | None, cap: Cap
 ) -> MergePlan:
     """Plan against the cached snapshot if store and caller are both at its revision, else the rows."""
     current = scope_row.revision
@@ -79,7 +81,7 @@ def plan_save(
             cached[2],
             current=current,
             stored_version=scope_row.version,
-            max_facts=max_facts,
+            cap=cap,
         )
         if plan is not None:
             return plan
@@ -102,6 +104,9 @@ def plan_save(
             added_revision=row.added_revision,
             updated_revision=row.updated_revision,
             deleted_revision=row.deleted_revision,
+            signals=FactSignals(
+                as_utc(row.last_confirmed_at), as_utc(row.last_accessed_at), row.access_count
+            ),
         )
         for row in rows
     ]
@@ -111,7 +116,7 @@ def plan_save(
         stored_sections=sections,
         stored_version=scope_row.version,
         current=current,
-        max_facts=max_facts,
+        cap=cap,
         new_id=new_fact_id,
     )
 
@@ -192,10 +197,17 @@ def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, 
                     "b_origin": origin,
                     "b_before": change.before,
                     "b_after": change.after,
+                    "b_detail": change.detail,
                 }
                 for change in plan.changes
             ],
         )
+
+
+def confirm_facts(conn: Connection, scope_id: int, fact_ids: list[str], now: datetime) -> None:
+    """Stamp ``last_confirmed_at`` on the live facts an update re-stated (no revision, no audit)."""
+    for ids in _chunks(fact_ids):
+        conn.execute(CONFIRM_FACTS, {"b_scope_id": scope_id, "b_fact_ids": ids, "b_now": now})
 
 
 def _chunks(ids: list[str]) -> Iterator[list[str]]:
