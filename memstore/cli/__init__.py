@@ -68,6 +68,7 @@ def _register() -> None:
     from memstore.cli.demo import demo
     from memstore.cli.facts import facts
     from memstore.cli.history import history
+    from memstore.cli.lifecycle import lifecycle
     from memstore.cli.maintenance import erase, vacuum
     from memstore.cli.queue import queue, worker
     from memstore.cli.serve import serve
@@ -82,6 +83,7 @@ def _register() -> None:
     main.add_command(facts)
     main.add_command(history)
     main.add_command(import_command)
+    main.add_command(lifecycle)
     main.add_command(queue)
     main.add_command(serve)
     main.add_command(show)

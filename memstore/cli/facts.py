@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from memstore.cli.output import echo_json, echo_table, user_id_option
 from memstore.document import FACT_CATEGORIES
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
-from memstore.storage.records import AgentFilter, iso
+from memstore.storage.records import FACT_ORDERS, AgentFilter, FactOrder, iso
 
 _DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
 
@@ -47,9 +47,26 @@ def facts() -> None:
 
 @facts.command("list")
 @filter_options
-def list_command(limit: int, offset: int, as_json: bool, **filters: Any) -> None:
-    """List facts, newest first."""
-    _print(list_facts(_filter(**filters), limit=limit, offset=offset), as_json=as_json)
+@click.option(
+    "--sort",
+    type=click.Choice([order.replace("_", "-") for order in FACT_ORDERS]),
+    default="newest",
+    show_default=True,
+    help="Order: newest first, or highest retention score, latest access, most accesses first.",
+)
+@click.option(
+    "--retention",
+    "show_retention",
+    is_flag=True,
+    help="Show each fact's retention score, accesses and last confirmation (implied by --sort).",
+)
+def list_command(
+    limit: int, offset: int, as_json: bool, sort: str, show_retention: bool, **filters: Any
+) -> None:
+    """List facts, newest first unless --sort says otherwise."""
+    order = cast(FactOrder, sort.replace("-", "_"))
+    page = list_facts(_filter(**filters), limit=limit, offset=offset, order=order)
+    _print(page, as_json=as_json, retention=show_retention or order != "newest")
 
 
 @facts.command("search")
@@ -94,23 +111,32 @@ def _filter(
     )
 
 
-def _print(page: FactPage, *, as_json: bool) -> None:
+def _print(page: FactPage, *, as_json: bool, retention: bool = False) -> None:
     if as_json:
         echo_json(page.to_json())
         return
-    rows = [
-        (
+    headers: tuple[str, ...] = ("USER", "AGENT", "ID", "CATEGORY", "CONF", "CREATED")
+    if retention:
+        headers += ("SCORE", "ACCESSES", "LAST ACCESS", "CONFIRMED")
+    rows = []
+    for fact in page.facts:
+        row: tuple[Any, ...] = (
             fact.user_id or "-",
             fact.agent_name or "-",
             fact.fact_id,
             fact.category,
             fact.confidence,
             (iso(fact.created_at) or "")[:19],
-            fact.content,
         )
-        for fact in page.facts
-    ]
-    echo_table(("USER", "AGENT", "ID", "CATEGORY", "CONF", "CREATED", "CONTENT"), rows)
+        if retention:
+            row += (
+                f"{fact.score:.3f}" if fact.score is not None else "-",
+                fact.access_count,
+                (iso(fact.last_accessed_at) or "-")[:19],
+                (iso(fact.last_confirmed_at) or "-")[:19],
+            )
+        rows.append((*row, fact.content))
+    echo_table((*headers, "CONTENT"), rows)
     shown = f"{page.offset + 1}-{page.offset + len(page.facts)}" if page.facts else "none"
     note = " (substring matching: no full-text index served this query)"
     click.echo(f"showing {shown} of {page.total}{note if page.search_mode == 'substring' else ''}")

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import signal
 import threading
+import time
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_json, echo_table
 from memstore.config import get_memory_config
 from memstore.errors import ConfigError
+from memstore.ops.lifecycle import run_lifecycle
 from memstore.ops.queue import purge_dead, queue_status, retry_dead
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.storage.sql.engine import database_url_from_config
@@ -34,6 +36,7 @@ def worker(workers: int | None) -> None:
     Each worker claims one scope at a time from the database queue, runs its conversations
     through the updater and saves them. On SIGTERM it stops claiming and waits up to
     shutdown_timeout_seconds for running conversations; what it does not finish stays queued.
+    With expire_below set, it also runs `memstore lifecycle run` every lifecycle_interval_seconds.
     """
     config = get_memory_config()
     if config.queue_backend == "memory":
@@ -49,12 +52,26 @@ def worker(workers: int | None) -> None:
     signal.signal(signal.SIGINT, on_signal)
     queue = DatabaseUpdateQueue(database_url_from_config(config), workers=count)
     click.echo(f"memstore worker: {count} worker(s) on {queue.url} as {queue.owner}", err=True)
+    next_lifecycle = time.monotonic()
     while not stop.wait(1.0):
-        pass
+        if config.expire_below is not None and time.monotonic() >= next_lifecycle:
+            next_lifecycle = time.monotonic() + config.lifecycle_interval_seconds
+            _expire()
     finished = queue.shutdown(config.shutdown_timeout_seconds)
     click.echo(f"memstore worker: stopped ({queue.stats.updated} updated)", err=True)
     if not finished:
         raise SystemExit(1)
+
+
+def _expire() -> None:
+    """One scheduled lifecycle run; a failure is logged and retried at the next interval."""
+    try:
+        report = run_lifecycle(dry_run=False)
+    except Exception:
+        logger.exception("memstore worker: the scheduled lifecycle run failed; retrying next interval")
+        return
+    if report.removed:
+        logger.warning("memstore worker: lifecycle run expired %d fact(s)", report.removed)
 
 
 @click.group()

@@ -18,7 +18,9 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
 from memstore.storage.records import (
+    FACT_ORDERS,
     FactFilter,
+    FactOrder,
     FactPage,
     HistoryEntry,
     MemoryStats,
@@ -38,11 +40,24 @@ def operations_of(storage: MemoryStorage | None = None) -> StorageOperations:
 
 
 def list_facts(
-    where: FactFilter | None = None, *, limit: int = 50, offset: int = 0, storage: MemoryStorage | None = None
+    where: FactFilter | None = None,
+    *,
+    limit: int = 50,
+    offset: int = 0,
+    order: FactOrder = "newest",
+    storage: MemoryStorage | None = None,
 ) -> FactPage:
-    """Live facts, newest first (ties broken by insertion order), one page plus the total."""
+    """Live facts, one page plus the total, each with its retention ``score``.
+
+    ``order``: ``newest`` (ties broken by insertion order), ``score`` (highest first; reads every
+    matching fact, so narrow the filter at scale), ``last_accessed`` or ``access_count``.
+    """
     check_paging(limit, offset)
-    return operations_of(storage).query_facts(where or FactFilter(), search=None, limit=limit, offset=offset)
+    if order not in FACT_ORDERS:
+        raise QueryError(f"unknown order {order!r}; use one of {', '.join(FACT_ORDERS)}")
+    return operations_of(storage).query_facts(
+        where or FactFilter(), search=None, limit=limit, offset=offset, order=order
+    )
 
 
 def search_facts(

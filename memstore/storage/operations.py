@@ -10,12 +10,14 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from memstore.scope import Scope
-from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
+from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
 
 
 @runtime_checkable
 class StorageOperations(Protocol):
-    def query_facts(self, where: FactFilter, *, search: str | None, limit: int, offset: int) -> FactPage:
+    def query_facts(
+        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
+    ) -> FactPage:
         """Live facts matching ``where`` (ranked by ``search`` when given), one page plus the total."""
 
     def stats(self) -> MemoryStats: ...

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from memstore.document import as_utc, format_timestamp
 from memstore.errors import QueryError
+from memstore.retention import Candidate, FactSignals, RetentionPolicy
 from memstore.scope import Scope, normalize_agent_name, validate_user_id
 
 
@@ -27,6 +28,11 @@ ANY_AGENT = _AnyAgent.ANY
 AgentFilter = str | None | _AnyAgent
 
 MAX_PAGE_SIZE = 1000
+MAX_SCORED_FACTS = 100_000
+"""Ordering by score reads every matching fact: past this many, the query must be narrowed."""
+
+FactOrder = Literal["newest", "score", "last_accessed", "access_count"]
+FACT_ORDERS: tuple[FactOrder, ...] = ("newest", "score", "last_accessed", "access_count")
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,11 @@ def check_paging(limit: int, offset: int) -> None:
 
 @dataclass(frozen=True)
 class FactRecord:
-    """One live fact with the scope it belongs to; ``rank`` is set by full-text search (higher is better)."""
+    """One live fact with the scope it belongs to; ``rank`` is set by full-text search (higher is better).
+
+    The retention signals are read-only: ``score`` is the eviction score under the configured
+    policy at query time (``memstore.retention``), which ``max_facts`` keeps the highest of.
+    """
 
     user_id: str | None
     agent_name: str | None
@@ -89,11 +99,39 @@ class FactRecord:
     created_at: datetime | None
     source: str | None
     rank: float | None = None
+    last_confirmed_at: datetime | None = None
+    last_accessed_at: datetime | None = None
+    access_count: int = 0
+    score: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
-        data["created_at"] = iso(self.created_at)
+        for name in ("created_at", "last_confirmed_at", "last_accessed_at"):
+            data[name] = iso(getattr(self, name))
         return data
+
+    def candidate(self) -> Candidate:
+        signals = FactSignals(self.last_confirmed_at, self.last_accessed_at, self.access_count)
+        return Candidate(self.fact_id, self.category, self.confidence, self.created_at, signals)
+
+
+def with_scores(records: list[FactRecord], policy: RetentionPolicy, now: datetime) -> list[FactRecord]:
+    """``records`` with ``score`` filled in, in the same order."""
+    return [
+        replace(record, score=round(policy.score(record.candidate(), now).value, 6)) for record in records
+    ]
+
+
+def by_score(records: list[FactRecord], policy: RetentionPolicy, now: datetime) -> list[FactRecord]:
+    """Every record scored, highest score first (ties: the order given)."""
+    if len(records) > MAX_SCORED_FACTS:
+        raise QueryError(
+            f"ordering by score reads every matching fact ({len(records)} match, at most "
+            f"{MAX_SCORED_FACTS}); narrow the query, for example to one user or category"
+        )
+    scored = with_scores(records, policy, now)
+    scored.sort(key=lambda record: -(record.score or 0.0))
+    return scored
 
 
 @dataclass(frozen=True)

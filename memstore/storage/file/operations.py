@@ -11,16 +11,27 @@ import logging
 import shutil
 from abc import abstractmethod
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from memstore.config import get_memory_config
 from memstore.document import DEFAULT_CATEGORY, coerce_confidence, parse_timestamp
 from memstore.errors import MemstoreError
+from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, validate_user_id
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file.layout import discover_tree
-from memstore.storage.records import FactFilter, FactPage, FactRecord, HistoryEntry, MemoryStats
+from memstore.storage.records import (
+    FactFilter,
+    FactOrder,
+    FactPage,
+    FactRecord,
+    HistoryEntry,
+    MemoryStats,
+    by_score,
+    with_scores,
+)
 from memstore.storage.search_text import substring_terms
 
 logger = logging.getLogger(__name__)
@@ -46,8 +57,15 @@ class FileOperations(MemoryStorage):
             scopes = [scope for scope in scopes if scope[0] == user_id]
         return sorted(scopes, key=lambda scope: (scope[0] or "", scope[1] or ""))
 
-    def query_facts(self, where: FactFilter, *, search: str | None, limit: int, offset: int) -> FactPage:
+    def query_facts(
+        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
+    ) -> FactPage:
+        """Files keep no access or confirmation signals: those orders fall back to newest first."""
         facts = [fact for fact in self._facts(where) if _matches(fact, where)]
+        policy, now = RetentionPolicy.of(get_memory_config()), datetime.now(UTC)
+        if search is None and order == "score":
+            ranked = by_score(facts, policy, now)
+            return FactPage(ranked[offset : offset + limit], len(ranked), limit, offset, "filter")
         if search is None:
             mode = "filter"
             facts.sort(key=lambda fact: _timestamp(fact.created_at), reverse=True)
@@ -56,7 +74,8 @@ class FileOperations(MemoryStorage):
             terms = [term.casefold() for term in substring_terms(search)]
             facts = [fact for fact in facts if all(term in fact.content.casefold() for term in terms)]
             facts.sort(key=lambda fact: fact.confidence, reverse=True)
-        return FactPage(facts[offset : offset + limit], len(facts), limit, offset, mode)
+        page = facts[offset : offset + limit]
+        return FactPage(with_scores(page, policy, now), len(facts), limit, offset, mode)
 
     def stats(self) -> MemoryStats:
         scopes = self.list_scopes()

@@ -48,7 +48,7 @@ from memstore.errors import (
 from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
-from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
+from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
 from memstore.storage.sql import maintenance, queries, queue_table
 from memstore.storage.sql.cache import CacheEntry, entry_after, entry_from_rows, stamp
 from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
@@ -232,8 +232,18 @@ class SqlMemoryStorage(MemoryStorage):
 
     # --- StorageOperations (memstore.ops.queries): cross-scope reads and maintenance -------------
 
-    def query_facts(self, where: FactFilter, *, search: str | None, limit: int, offset: int) -> FactPage:
-        return queries.query_facts(self._reader, where, search=search, limit=limit, offset=offset)
+    def query_facts(
+        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
+    ) -> FactPage:
+        return queries.query_facts(
+            self._reader,
+            where,
+            search=search,
+            limit=limit,
+            offset=offset,
+            order=order,
+            policy=self._retention,
+        )
 
     def stats(self) -> MemoryStats:
         return queries.memory_stats(self._reader)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -27,14 +29,19 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.document import as_utc
+from memstore.retention import RetentionPolicy
 from memstore.scope import Scope
 from memstore.storage.records import (
     ANY_AGENT,
+    MAX_SCORED_FACTS,
     FactFilter,
+    FactOrder,
     FactPage,
     FactRecord,
     HistoryEntry,
     MemoryStats,
+    by_score,
+    with_scores,
 )
 from memstore.storage.search_text import fts5_match, substring_terms, unservable_reason
 from memstore.storage.sql.fts_schema import FTS_TABLE, PG_TS_CONFIG
@@ -55,19 +62,53 @@ _FACT_COLUMNS = (
     _facts.c.confidence,
     _facts.c.created_at,
     _facts.c.source,
+    _facts.c.last_confirmed_at,
+    _facts.c.last_accessed_at,
+    _facts.c.access_count,
 )
 _LIVE_FACTS = _facts.join(_scopes, _scopes.c.id == _facts.c.scope_id)
 
 
+_ORDERS: dict[str, tuple[Any, ...]] = {
+    "newest": (_facts.c.created_at.desc().nulls_last(), _facts.c.id.desc()),
+    "last_accessed": (_facts.c.last_accessed_at.desc().nulls_last(), _facts.c.id.desc()),
+    "access_count": (_facts.c.access_count.desc(), _facts.c.id.desc()),
+}
+
+
 def query_facts(
-    engine: Engine, where: FactFilter, *, search: str | None, limit: int, offset: int
+    engine: Engine,
+    where: FactFilter,
+    *,
+    search: str | None,
+    limit: int,
+    offset: int,
+    order: FactOrder = "newest",
+    policy: RetentionPolicy,
 ) -> FactPage:
+    """One page of live facts, each with its retention ``score`` under ``policy``.
+
+    Without ``search``, ``order`` picks the order; ``score`` reads every matching fact (at most
+    ``MAX_SCORED_FACTS``) because the score depends on the time of the query.
+    """
     conditions = _conditions(where)
+    page: FactPage
     if search is None:
-        newest_first = (_facts.c.created_at.desc().nulls_last(), _facts.c.id.desc())
         with engine.connect() as conn:
             query = select(*_FACT_COLUMNS).select_from(_LIVE_FACTS).where(*conditions)
-            return _page(conn, query, newest_first, limit, offset, "filter")
+            if order != "score":
+                page = _page(conn, query, _ORDERS[order], limit, offset, "filter")
+                return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
+            rows = conn.execute(query.order_by(*_ORDERS["newest"]).limit(MAX_SCORED_FACTS + 1)).all()
+        ranked = by_score([_record(row) for row in rows], policy, datetime.now(UTC))
+        return FactPage(ranked[offset : offset + limit], len(ranked), limit, offset, "filter")
+    page = _search(engine, search, conditions, limit, offset)
+    return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
+
+
+def _search(
+    engine: Engine, search: str, conditions: list[ColumnElement[bool]], limit: int, offset: int
+) -> FactPage:
     reason = unservable_reason(search)
     if reason is None:
         try:
@@ -121,21 +162,24 @@ def _page(
 ) -> FactPage:
     total = conn.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
     rows = conn.execute(query.order_by(*order).limit(limit).offset(offset)).all()
-    facts = [
-        FactRecord(
-            user_id=row.user_id,
-            agent_name=row.agent_name,
-            fact_id=row.fact_id,
-            content=row.content,
-            category=row.category,
-            confidence=row.confidence,
-            created_at=as_utc(row.created_at),
-            source=row.source,
-            rank=getattr(row, "rank", None),
-        )
-        for row in rows
-    ]
-    return FactPage(facts, total, limit, offset, mode)
+    return FactPage([_record(row) for row in rows], total, limit, offset, mode)
+
+
+def _record(row: Any) -> FactRecord:
+    return FactRecord(
+        user_id=row.user_id,
+        agent_name=row.agent_name,
+        fact_id=row.fact_id,
+        content=row.content,
+        category=row.category,
+        confidence=row.confidence,
+        created_at=as_utc(row.created_at),
+        source=row.source,
+        rank=getattr(row, "rank", None),
+        last_confirmed_at=as_utc(row.last_confirmed_at),
+        last_accessed_at=as_utc(row.last_accessed_at),
+        access_count=row.access_count,
+    )
 
 
 def _scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
