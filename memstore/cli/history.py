@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import click
 
@@ -51,7 +52,21 @@ def _change(entry: HistoryEntry) -> str:
         return f"{after} ({', '.join(changed)} changed)"
     if entry.action == "update":
         return f"{before} -> {after}"
+    if entry.action == "delete" and entry.detail:
+        return f"{before} [{_reason(entry.detail)}]"
     return str(after if entry.action == "insert" else before)
+
+
+def _reason(detail: dict[str, Any]) -> str:
+    """``evicted, score 0.526`` and the like: why a fact went, in a few words."""
+    reason = str(detail.get("reason", "removed"))
+    if isinstance(detail.get("score"), float | int):
+        return f"{reason}, score {detail['score']:.3f}"
+    if reason == "consolidated" and detail.get("into"):
+        return f"{reason} into {detail['into']}"
+    if detail.get("llm_reason"):
+        return f"{reason}: {detail['llm_reason']}"
+    return reason
 
 
 def _differs(entry: HistoryEntry, key: str) -> bool:

@@ -188,6 +188,8 @@ class HistoryEntry:
     origin: str
     before: dict[str, Any] | None
     after: dict[str, Any] | None
+    detail: dict[str, Any] | None = None
+    """Why a fact was deleted, when known: ``{"reason": "evicted", "score": ...}`` and the like."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

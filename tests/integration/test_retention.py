@@ -241,5 +241,10 @@ def test_the_cli_lists_by_score_and_runs_the_lifecycle(cli: Any) -> None:
     run = cli.json("lifecycle", "run", "--below", "0.2", "--user", USER)
     assert run["removed"] == 2 and not run["dry_run"]
     assert len(storage.reload(user_id=USER)["facts"]) == 3
+    audit = cli("history", "--user", USER)
+    assert "user used Python 2 [expired, score 0.0" in audit.stdout and "lifecycle" in audit.stdout
+    entries = cli.json("history", "--user", USER)
+    expired = [entry for entry in entries if entry["action"] == "delete"]
+    assert {entry["detail"]["reason"] for entry in expired} == {"expired"} and len(expired) == 2
     nothing = cli("lifecycle", "run", "--below", "0.2")
     assert nothing.returncode == 4 and "removed 0 fact(s)" in nothing.stdout

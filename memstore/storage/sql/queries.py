@@ -269,6 +269,7 @@ def fact_history(engine: Engine, where: FactFilter, *, fact_id: str | None, limi
             origin=row.origin,
             before=row.before,
             after=row.after,
+            detail=row.detail,
         )
         for row in reversed(rows)
     ]
