@@ -4,9 +4,10 @@
 Absolute times drift on shared machines, so each verdict is a ratio between variants of the same
 run (or, for injection, an absolute median). Writes a table to stdout, ``results.json`` and
 ``chart.png`` to ``--out``, and with ``--write-docs`` the generated regions of docs/performance.md
-(the queue scenario has its own, so ``--only queue`` can refresh it alone).
+(the queue scenario has its own, so ``--only queue`` can refresh it alone). ``--only access`` runs
+the access-tracking scenario alone (request path with tracking on vs off) into ``results.json``.
 
-    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue] [--out DIR] [--write-docs]
+    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access] [--out DIR] [--write-docs]
 
 PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
 drops its own database there.
@@ -79,8 +80,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["queue"],
-        help="run one scenario; results.json keeps the others' entries, the chart is left alone",
+        choices=["queue", "access"],
+        help="run one scenario; results.json keeps the others' entries, the chart is left alone "
+        "(an access-only run never writes docs)",
     )
     return parser.parse_args(argv)
 
@@ -118,6 +120,7 @@ def _stage(name: str, start: float) -> None:
 def _core(stores: bench_scenarios.Stores, mode: Mode, work: Path, pg_url: str | None) -> list[Result]:
     start = time.perf_counter()
     results = bench_scenarios.load_warm(stores, mode.loads, mode.warmup)
+    results += bench_scenarios.access_tracking(work, pg_url, stores.pg_durability, mode.loads, mode.warmup)
     results += bench_scenarios.load_cold(stores, mode.loads, mode.warmup)
     _stage("loads", start)
     results += bench_scenarios.save_add_one(stores, mode.saves, min(mode.warmup, 3))
@@ -151,7 +154,7 @@ def _queue(mode_name: str, work: Path, pg_url: str | None, pg_durability: str) -
 def run(
     mode_name: str, work: Path, pg_server: str | None, only: str | None = None
 ) -> tuple[list[Result], dict[str, Any]]:
-    """Every scenario, or with ``only="queue"`` the queue scenario alone."""
+    """Every scenario, or with ``only`` (``queue`` or ``access``) that scenario alone."""
     mode = MODES[mode_name]
     use_bench_config(work)
     results: list[Result] = []
@@ -169,9 +172,16 @@ def run(
             if stores.pg_conn is not None:
                 stack.callback(stores.pg_conn.close)
             results += _core(stores, mode, work, pg_url)
-        results += _queue(mode_name, work, pg_url, pg_durability)
+        if only == "access":
+            results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
+        else:
+            results += _queue(mode_name, work, pg_url, pg_durability)
     dispose_engines()
     return results, _meta(mode_name, mode, pg_server, pg_version, only is None)
+
+
+def _is_access(scenario: str) -> bool:
+    return scenario == bench_scenarios.ACCESS_SCENARIO
 
 
 def _is_queue(scenario: str) -> bool:
@@ -205,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
     pg_server = os.environ.get(bench_pg.PG_URL_ENV) or None
-    print(f"memstore benchmark, {mode_name} mode{', queue scenario only' if args.only else ''}", flush=True)
+    only = f", {args.only} scenario only" if args.only else ""
+    print(f"memstore benchmark, {mode_name} mode{only}", flush=True)
     started = time.perf_counter()
     load_average = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="memstore-bench-", dir=args.work_dir) as work:
@@ -216,14 +227,17 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     title = f"memstore benchmark ({mode_name}, {meta['generated_at']}, {meta['cpus']} CPUs)"
     if args.only:
-        bench_report.merge_json(args.out / "results.json", meta, results, rows, _is_queue)
+        replaces = _is_queue if args.only == "queue" else _is_access
+        bench_report.merge_json(args.out / "results.json", meta, results, rows, replaces)
     else:
         bench_report.write_json(args.out / "results.json", meta, results, rows)
         bench_report.write_chart(args.out / "chart.png", results, title)
     blocks = _blocks(meta, title, results, rows)
     print("\n" + "\n\n".join(block for block in blocks if block))
     print(f"\nwrote {args.out / 'results.json'}" + ("" if args.only else f" and {args.out / 'chart.png'}"))
-    if args.write_docs:
+    if args.write_docs and args.only == "access":
+        print("not writing docs/performance.md: an access-only run would replace the main table")
+    elif args.write_docs:
         for block, markers in zip(
             blocks, (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS), strict=True
         ):

@@ -80,6 +80,20 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target("inject", "injection of 500 facts: median ≤ 1 ms", ("inject_500", "tiktoken"), None, 1),
     Target(
+        "access_tracking",
+        "warm load + injection of 100 facts, access tracking on ≤ 1.2× off",
+        ("load_inject_100_access", "sqlite_tracking_on"),
+        ("load_inject_100_access", "sqlite_tracking_off"),
+        1.2,
+    ),
+    Target(
+        "pg_access_tracking",
+        "PostgreSQL: warm load + injection of 100 facts, access tracking on ≤ 1.2× off",
+        ("load_inject_100_access", "postgresql_tracking_on"),
+        ("load_inject_100_access", "postgresql_tracking_off"),
+        1.2,
+    ),
+    Target(
         "scale",
         "cold load in a many-scope file ≤ 1.5× in a 100-scope file",
         ("scale_cold_load", "many_scopes"),

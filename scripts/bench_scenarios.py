@@ -18,7 +18,8 @@ from bench_data import bulk_sqlite, document, fact, random_users
 from langgraph.store.sqlite import SqliteStore
 from sqlalchemy import event
 
-from memstore.inject.render import format_memory_for_injection
+from memstore.config import get_memory_config, set_memory_config
+from memstore.inject.render import format_memory_for_injection, render_memory
 from memstore.inject.tokens import count_tokens
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
@@ -29,6 +30,9 @@ LOAD_FACTS = 100
 SAVE_SIZES = (10, 100, 500)
 INJECT_FACTS = 500
 INJECT_TOKENS = 2000
+ACCESS_SCENARIO = "load_inject_100_access"
+ACCESS_TOKENS = 8000
+"""Budget (and guaranteed budget) of the access scenario: all 100 facts fit, and each is recorded."""
 LANGGRAPH_DURABILITY = "crash-safe, not power-loss-safe (WAL, synchronous=NORMAL, set by the benchmark)"
 _NAMESPACE = ("memory", "bench")
 
@@ -244,3 +248,49 @@ def scale(work: Path, scopes: int, facts: int, iterations: int, warmup: int) -> 
     samples = interleave(variants, iterations, warmup)
     print(f"  scale: built both files in {time.perf_counter() - started:.1f} s", flush=True)
     return _results("scale_cold_load", samples, dict.fromkeys(samples, SQLITE_NORMAL), load_seconds)
+
+
+def access_tracking(
+    work: Path, pg_url: str | None, pg_durability: str, iterations: int, warmup: int
+) -> list[Result]:
+    """A request's memory path (warm load, render 100 facts, record their access), tracking off vs on.
+
+    Both variants share one database; only the provider's ``access_tracking`` differs. The
+    interval (300 s) does not pass during the run, so this is the request path alone: the
+    flush is a background thread's batch, one write per fact per interval.
+    """
+    backends = {"sqlite": (f"sqlite:///{work / 'access.db'}", SQLITE_NORMAL)}
+    if pg_url is not None:
+        backends["postgresql"] = (pg_url, pg_durability)
+    config = get_memory_config()
+    user = "bench-access"
+    variants: dict[str, Sampler] = {}
+    durability: dict[str, str] = {}
+    tracking: list[SqlMemoryStorage] = []
+    for backend, (url, durable) in backends.items():
+        for state, on in (("off", False), ("on", True)):
+            set_memory_config(config.model_copy(update={"access_tracking": on}))
+            storage = SqlMemoryStorage(url)
+            if on:
+                tracking.append(storage)
+            else:
+                assert storage.save(document(LOAD_FACTS), user_id=user)
+            text, fact_ids = _render(storage.load(user_id=user))
+            assert text and len(fact_ids) == LOAD_FACTS, "every fact must be injected (and recorded)"
+            variants[f"{backend}_tracking_{state}"] = timed(functools.partial(_request_path, storage, user))
+            durability[f"{backend}_tracking_{state}"] = durable
+    set_memory_config(config)
+    samples = interleave(variants, iterations, warmup)
+    for storage in tracking:
+        assert storage.flush_access() == LOAD_FACTS, "the tracked variant did not hold its counts"
+    return _results(ACCESS_SCENARIO, samples, durability)
+
+
+def _request_path(storage: SqlMemoryStorage, user: str) -> None:
+    """What ``MemoryMiddleware._render`` does, without the pool hop (noise common to both variants)."""
+    _text, fact_ids = _render(storage.load(user_id=user))
+    storage.record_access(None, user_id=user, fact_ids=fact_ids)
+
+
+def _render(memory: dict[str, Any]) -> tuple[str, list[str]]:
+    return render_memory(memory, ACCESS_TOKENS, guaranteed_token_budget=ACCESS_TOKENS)

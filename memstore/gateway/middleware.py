@@ -20,9 +20,9 @@ from memstore.capture.conversation import capture_conversation
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import StorageUnavailableError
 from memstore.gateway.user_context import get_effective_user_id
-from memstore.inject.render import format_memory_for_injection, wrap_memory_block
-from memstore.ops.facts import get_memory_data
+from memstore.inject.render import render_memory, wrap_memory_block
 from memstore.queue import get_memory_queue
+from memstore.storage.loader import get_memory_storage
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +84,16 @@ class MemoryMiddleware:
         return ""
 
     def _render(self, config: MemoryConfig, user_id: str | None) -> str:
-        memory = get_memory_data(self._agent_name, user_id=user_id)
-        text = format_memory_for_injection(
+        """Load, render, and count an access of exactly the facts the block shows."""
+        storage = get_memory_storage()
+        memory = storage.load(self._agent_name, user_id=user_id)
+        text, fact_ids = render_memory(
             memory,
             config.max_injection_tokens,
             guaranteed_categories=tuple(config.guaranteed_categories),
             guaranteed_token_budget=config.guaranteed_token_budget,
             use_tiktoken=config.token_counting == "tiktoken",
         )
+        if fact_ids:
+            storage.record_access(self._agent_name, user_id=user_id, fact_ids=fact_ids)
         return wrap_memory_block(text)

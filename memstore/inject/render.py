@@ -100,7 +100,7 @@ def _fact_line(fact: Mapping[Any, Any]) -> str:
 
 
 def _select_lines(
-    facts: Iterable[Mapping[Any, Any]], budget: int, use_tiktoken: bool
+    facts: Iterable[Mapping[Any, Any]], budget: int, use_tiktoken: bool, taken: list[Mapping[Any, Any]]
 ) -> tuple[list[str], int]:
     """Take fact lines in rank order until one does not fit, skipping lines that never could.
 
@@ -110,6 +110,7 @@ def _select_lines(
     instead: nothing before it keeps it out, and stopping there let one 1 MB fact at confidence
     1.0 empty the block while shorter facts would have fit. A line over
     ``_MAX_CHARS_PER_TOKEN`` characters per token of budget is skipped without being counted.
+    The facts whose lines were taken are appended to ``taken``.
     """
     lines: list[str] = []
     used = 0
@@ -120,6 +121,7 @@ def _select_lines(
         cost = count_tokens("\n" + line if lines else line, use_tiktoken=use_tiktoken)
         if used + cost <= budget:
             lines.append(line)
+            taken.append(fact)
             used += cost
         elif count_tokens(line, use_tiktoken=use_tiktoken) <= budget:
             break
@@ -190,6 +192,29 @@ def format_memory_for_injection(
 ) -> str:
     """The memory text to inject, within ``max_tokens`` plus whatever guaranteed facts used.
 
+    See ``render_memory`` for the rules; this is its text alone.
+    """
+    return render_memory(
+        memory,
+        max_tokens,
+        guaranteed_categories=guaranteed_categories,
+        guaranteed_token_budget=guaranteed_token_budget,
+        use_tiktoken=use_tiktoken,
+    )[0]
+
+
+def render_memory(
+    memory: Mapping[str, Any] | None,
+    max_tokens: int = 2000,
+    *,
+    guaranteed_categories: Iterable[str] | None = DEFAULT_GUARANTEED_CATEGORIES,
+    guaranteed_token_budget: int = 500,
+    use_tiktoken: bool = True,
+) -> tuple[str, list[str]]:
+    """The memory text to inject and the ids of the facts it shows (for access tracking).
+
+    The text is within ``max_tokens`` plus whatever guaranteed facts used.
+
     Guaranteed facts are charged only to ``guaranteed_token_budget``; regular facts get what is
     left of ``max_tokens`` after the summaries, the header and the guaranteed lines. When the
     summaries alone overflow, they are truncated and the facts block is kept whole.
@@ -199,11 +224,12 @@ def format_memory_for_injection(
     """
     guaranteed = _categories(guaranteed_categories)
     if not isinstance(memory, Mapping) or not memory:
-        return ""
+        return "", []
     summaries = _summary_sections(memory)
     promoted, regular = _ranked_facts(memory.get("facts"), guaranteed)
 
-    fact_lines, guaranteed_used = _select_lines(promoted, guaranteed_token_budget, use_tiktoken)
+    shown: list[Mapping[Any, Any]] = []
+    fact_lines, guaranteed_used = _select_lines(promoted, guaranteed_token_budget, use_tiktoken, shown)
     if regular:
         fixed = count_tokens(_FACTS_HEADER, use_tiktoken=use_tiktoken) + guaranteed_used
         if summaries:
@@ -211,14 +237,16 @@ def format_memory_for_injection(
         if fact_lines:
             fixed += count_tokens("\n", use_tiktoken=use_tiktoken)
         if max_tokens - fixed > 0:
-            fact_lines += _select_lines(regular, max_tokens - fixed, use_tiktoken)[0]
+            fact_lines += _select_lines(regular, max_tokens - fixed, use_tiktoken, shown)[0]
 
+    # The facts block is never cut (only summaries are), so every fact taken is in the text.
+    fact_ids = [fact_id for fact in shown if isinstance(fact_id := fact.get("id"), str)]
     facts_block = _FACTS_HEADER + "\n".join(fact_lines) if fact_lines else ""
     result = _SECTION_SEPARATOR.join([*summaries, facts_block] if facts_block else summaries)
     limit = max_tokens + guaranteed_used
     if result and count_tokens(result, use_tiktoken=use_tiktoken) > limit:
-        return _fit_summaries(summaries, facts_block, limit, use_tiktoken)
-    return result
+        return _fit_summaries(summaries, facts_block, limit, use_tiktoken), fact_ids
+    return result, fact_ids
 
 
 def wrap_memory_block(text: str) -> str:

@@ -215,7 +215,7 @@ def search_memory_facts(
     index cannot segment) follow, highest confidence first, as on the file provider. Case
     folding uses ``casefold``, so "STRASSE" finds "Straße". ``category`` is an exact filter.
     A query longer than the longest fact, or text no store can hold (NUL, a lone surrogate), is
-    a ``QueryError``.
+    a ``QueryError``. The facts returned count as accessed (``MemoryStorage.record_access``).
     """
     needle = search_text("query", query.strip(), MAX_FACT_CHARS) if isinstance(query, str) else ""
     if category is not None:
@@ -234,7 +234,11 @@ def search_memory_facts(
     folded = needle.casefold()
     substring = [fact for fact in facts if fact not in matches and folded in fact["content"].casefold()]
     substring.sort(key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
-    return [dict(fact) for fact in (matches + substring)[:limit]]
+    found = [dict(fact) for fact in (matches + substring)[:limit]]
+    if found:
+        ids = [fact_id for fact in found if isinstance(fact_id := fact.get("id"), str)]
+        storage.record_access(agent_name, user_id=user_id, fact_ids=ids)
+    return found
 
 
 def _fulltext_ids(

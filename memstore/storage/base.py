@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from datetime import datetime
 
 from memstore.document import MemoryDocument, create_empty_memory
@@ -52,3 +53,12 @@ class MemoryStorage(ABC):
     def clear(self, agent_name: str | None = None, *, user_id: str | None = None) -> bool:
         """Empty the scope: a deliberate overwrite, audited with origin ``erase`` where audited."""
         return self.save(create_empty_memory(), agent_name, user_id=user_id, origin="erase")
+
+    def record_access(self, agent_name: str | None, *, user_id: str | None, fact_ids: Iterable[str]) -> None:
+        """Note that these facts were injected into a prompt or returned by a search.
+
+        A hint for retention, never a content change: no revision, no audit row. Providers
+        without access columns (this default, the file provider) ignore it; the SQL provider
+        counts in memory and writes in batches.
+        """
+        return None

@@ -18,6 +18,7 @@ SQLITE_VARIANTS = {
         for size in (10, 100, 500)
     },
     "inject_500": {"tiktoken", "tiktoken_uncached", "char_estimate"},
+    "load_inject_100_access": {"sqlite_tracking_off", "sqlite_tracking_on"},
     "scale_cold_load": {"100_scopes", "many_scopes"},
     "concurrent_saves": {"sqlite_1proc", "sqlite_4proc"},
     "queue_llm_200ms": {"sqlite_1w", "sqlite_4w", "sqlite_16w", "sqlite_2x8w", "memory_queue_1w"},
@@ -25,6 +26,7 @@ SQLITE_VARIANTS = {
 PG_VARIANTS = {
     "load_warm_100": {"postgresql"},
     "load_cold_100": {"postgresql", "psycopg_floor", "psycopg_select1"},
+    "load_inject_100_access": {"postgresql_tracking_off", "postgresql_tracking_on"},
     **{f"save_add1_{size}": {"postgresql"} for size in (10, 100, 500)},
     "concurrent_saves": {"postgresql_1proc", "postgresql_4proc"},
     "queue_llm_200ms": {"postgresql_1w", "postgresql_4w", "postgresql_16w", "postgresql_2x8w"},
@@ -38,6 +40,7 @@ SQLITE_TARGETS = {
     "save_vs_file",
     "save_vs_file_same_durability",
     "inject",
+    "access_tracking",
     "scale",
     "sqlite_concurrency",
     *(f"queue_sqlite_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
@@ -47,6 +50,7 @@ PG_TARGETS = {
     "pg_concurrency",
     "pg_cold_vs_roundtrip",
     "pg_cold_vs_floor",
+    "pg_access_tracking",
     *(f"queue_postgresql_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
 }
 

@@ -19,9 +19,11 @@ writer that commits between the check and the write is merged by memstore's rule
 new facts kept, deletions honoured), not refused; (3) a ``save`` without ``expected_revision``
 merges from the revision its document carries, where DeerMem's files would overwrite.
 
-Hooks. ``get_fact_usage`` returns ``{}`` and ``record_fact_accesses``, ``record_capacity_eviction``
-and ``clear_fact_metadata`` do nothing: memstore has no usage columns yet, so DeerMem's capacity
-scoring falls back to confidence and recency, as it does with no sidecar data.
+Hooks. ``record_fact_accesses`` (DeerMem calls it for the facts it injected) counts an access
+in memstore's access tracking (``memstore.storage.sql.access``: in memory, written in batches).
+``get_fact_usage`` returns ``{}`` and ``record_capacity_eviction`` and ``clear_fact_metadata`` do
+nothing, so DeerMem's own capacity scoring falls back to confidence and recency, as it does with
+no sidecar data.
 """
 
 from __future__ import annotations
@@ -200,7 +202,11 @@ class DeerMemStore:
         user_id: str | None = None,
         accessed_at: datetime | None = None,
     ) -> None:
-        """Documented no-op: access tracking is not stored yet."""
+        """Count an access of the facts; ``accessed_at`` is ignored (the count is stamped on arrival)."""
+        if fact_ids:
+            self._sql.get().record_access(
+                self._bucket(agent_name), user_id=self._user(user_id), fact_ids=[str(f) for f in fact_ids]
+            )
 
     def record_capacity_eviction(
         self,

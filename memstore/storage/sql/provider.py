@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -45,11 +45,11 @@ from memstore.errors import (
     StaleDocumentError,
     StorageUnavailableError,
 )
-from memstore.retention import RetentionPolicy
+from memstore.retention import FactSignals, RetentionPolicy
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
-from memstore.storage.sql import maintenance, queries, queue_table
+from memstore.storage.sql import access, maintenance, queries, queue_table
 from memstore.storage.sql.cache import CacheEntry, entry_after, entry_from_rows, stamp
 from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
 from memstore.storage.sql.engine import (
@@ -108,6 +108,16 @@ class SqlMemoryStorage(MemoryStorage):
         self._insert_scope = INSERT_SCOPE[self._engine.dialect.name]
         self._cache: dict[Scope, CacheEntry] = {}
         self._lock = threading.Lock()
+        self._access = (
+            access.AccessRecorder(
+                self._engine,
+                interval=config.access_interval_seconds,
+                write_options=self._write_options,
+                describe=self._describe,
+            )
+            if config.access_tracking
+            else None
+        )
         try:
             prepare_once(self._engine, auto_migrate=config.auto_migrate)
         except DBAPIError as exc:
@@ -124,9 +134,30 @@ class SqlMemoryStorage(MemoryStorage):
         return mask_url(self._url)
 
     def close(self) -> None:
-        """Forget cached documents; the engine is a per-process singleton and stays open."""
+        """Write pending access counts and forget cached documents; the engine (per process) stays open."""
+        if self._access is not None:
+            self._access.close()
         with self._lock:
             self._cache.clear()
+
+    def record_access(self, agent_name: str | None, *, user_id: str | None, fact_ids: Iterable[str]) -> None:
+        """Count an access of the facts (in memory; written in batches by ``access.AccessRecorder``)."""
+        if self._access is not None:
+            self._access.record(resolve_scope(agent_name, user_id), fact_ids)
+
+    def flush_access(self, *, due_only: bool = False) -> int:
+        """Write the pending access counts now; how many facts were written (see ``access.py``)."""
+        return 0 if self._access is None else self._access.flush(due_only=due_only)
+
+    def fact_signals(
+        self, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> dict[str, FactSignals]:
+        """Retention signals of the scope's live facts by id, as flushed (one SELECT)."""
+        try:
+            with self._reader.connect() as conn:
+                return access.fact_signals(conn, resolve_scope(agent_name, user_id))
+        except DBAPIError as exc:
+            raise self._unavailable(exc) from exc
 
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         scope = resolve_scope(agent_name, user_id)

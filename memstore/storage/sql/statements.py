@@ -47,6 +47,8 @@ _SCOPE_COLUMNS = (
     _scopes.c.updated_at.label("scope_updated_at"),
 )
 
+SCOPE_ID = select(_scopes.c.id).where(_SCOPE_MATCH).scalar_subquery()
+"""The scope's row id, bound by ``scope_keys``: for statements that address facts by scope."""
 STAMP_QUERY = select(_scopes.c.id, _scopes.c.revision, _scopes.c.created_at).where(_SCOPE_MATCH)
 LOCK_QUERY = (
     select(*_SCOPE_COLUMNS, _scopes.c.cleared_at, _scopes.c.purged_revision)
