@@ -62,6 +62,7 @@ from memstore.ops.facts import (
     search_memory_facts,
     update_memory_fact,
 )
+from memstore.ops.lifecycle import with_retention
 
 __all__ = [
     "ContextSection",
@@ -109,6 +110,17 @@ class Fact(BaseModel):
     createdAt: str = ""
     source: str = "unknown"
     sourceError: str | None = None
+    # Read-only retention signals (docs/operations.md#retention-eviction-decay-and-expiry).
+    lastConfirmedAt: str | None = Field(
+        default=None, description="Read-only: last re-stated by the extractor"
+    )
+    lastAccessedAt: str | None = Field(
+        default=None, description="Read-only: last injected or found by search"
+    )
+    accessCount: int | None = Field(default=None, description="Read-only: times injected or found by search")
+    retentionScore: float | None = Field(
+        default=None, description="Read-only: eviction score now (max_facts keeps the highest)"
+    )
 
 
 class MemoryResponse(BaseModel):
@@ -141,6 +153,11 @@ class ImportedFact(Fact):
     content: str = Field(max_length=MAX_FACT_CHARS)
     category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
     sourceError: str | None = Field(default=None, max_length=MAX_FACT_CHARS)
+    # The retention signals are read-only: accepted (an export imports again) and dropped.
+    lastConfirmedAt: str | None = Field(default=None, exclude=True)
+    lastAccessedAt: str | None = Field(default=None, exclude=True)
+    accessCount: int | None = Field(default=None, exclude=True)
+    retentionScore: float | None = Field(default=None, exclude=True)
 
 
 class MemoryImportRequest(BaseModel):
@@ -279,7 +296,10 @@ def _renderable(error: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _memory(document: MemoryDocument) -> MemoryResponse:
+def _memory(document: MemoryDocument, owner: str) -> MemoryResponse:
+    facts = document.get("facts")
+    if isinstance(facts, list):
+        document = {**document, "facts": with_retention(facts, user_id=owner)}
     return MemoryResponse.model_validate(document)
 
 
@@ -305,27 +325,27 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
     @router.get("", summary="Get the caller's memory", **document_route)
     def get_memory(owner: Owner) -> MemoryResponse:
         with _mapped_errors():
-            return _memory(get_memory_data(user_id=owner))
+            return _memory(get_memory_data(user_id=owner), owner)
 
     @router.post("/reload", summary="Re-read the caller's memory from the database", **document_route)
     def reload_memory(owner: Owner) -> MemoryResponse:
         with _mapped_errors():
-            return _memory(reload_memory_data(user_id=owner))
+            return _memory(reload_memory_data(user_id=owner), owner)
 
     @router.delete("", summary="Erase the caller's memory", **document_route)
     def clear_memory(owner: Owner) -> MemoryResponse:
         with _mapped_errors():
-            return _memory(clear_memory_data(user_id=owner))
+            return _memory(clear_memory_data(user_id=owner), owner)
 
     @router.get("/export", summary="Export the caller's memory document", **document_route)
     def export_memory(owner: Owner) -> MemoryResponse:
         with _mapped_errors():
-            return _memory(get_memory_data(user_id=owner))
+            return _memory(get_memory_data(user_id=owner), owner)
 
     @router.post("/import", summary="Replace the caller's memory with a document", **document_route)
     def import_memory(document: MemoryImportRequest, owner: Owner) -> MemoryResponse:
         with _mapped_errors():
-            return _memory(import_memory_data(document.model_dump(exclude_none=True), user_id=owner))
+            return _memory(import_memory_data(document.model_dump(exclude_none=True), user_id=owner), owner)
 
     @router.get(
         "/facts",
@@ -347,7 +367,8 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
     ) -> list[Fact]:
         with _mapped_errors():
             found = search_memory_facts(q, category, limit, user_id=owner)
-        return [Fact.model_validate(fact) for fact in found]
+            shown = with_retention(found, user_id=owner)
+        return [Fact.model_validate(fact) for fact in shown]
 
     @router.post(
         "/facts",
@@ -359,7 +380,8 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
     def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
         with _mapped_errors():
             return _memory(
-                create_memory_fact(request.content, request.category, request.confidence, user_id=owner)
+                create_memory_fact(request.content, request.category, request.confidence, user_id=owner),
+                owner,
             )
 
     @router.patch(
@@ -378,7 +400,8 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
                     category=request.category,
                     confidence=request.confidence,
                     user_id=owner,
-                )
+                ),
+                owner,
             )
 
     @router.delete(
@@ -390,7 +413,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
     )
     def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
         with _mapped_errors():
-            return _memory(delete_memory_fact(fact_id, user_id=owner))
+            return _memory(delete_memory_fact(fact_id, user_id=owner), owner)
 
     @router.get(
         "/config",
@@ -410,6 +433,6 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
     )
     def memory_status(owner: Owner) -> MemoryStatusResponse:
         with _mapped_errors():
-            return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(user_id=owner)))
+            return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(user_id=owner), owner))
 
     return router

@@ -16,9 +16,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memstore.config import get_memory_config
+from memstore.document import format_timestamp
 from memstore.errors import ConfigError, StorageWriteError
 from memstore.ops.queries import operations_of
-from memstore.retention import RetentionPolicy, Score
+from memstore.retention import NO_SIGNALS, RetentionPolicy, Score, candidate_of
 from memstore.scope import validate_user_id
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
@@ -70,6 +71,46 @@ class LifecycleReport:
             "removed": self.removed,
             "expiring": [fact.to_json() for fact in self.expiring],
         }
+
+
+RETENTION_KEYS = ("lastConfirmedAt", "lastAccessedAt", "accessCount", "retentionScore")
+"""Read-only keys ``with_retention`` adds to fact objects (never stored in a document)."""
+
+
+def with_retention(
+    facts: list[dict[str, Any]],
+    *,
+    agent_name: str | None = None,
+    user_id: str | None = None,
+    storage: MemoryStorage | None = None,
+) -> list[dict[str, Any]]:
+    """Copies of a scope's ``facts`` with their retention signals and eviction score, for display.
+
+    The file provider keeps no signals: its facts show no accesses and a score from confidence
+    and age alone.
+    """
+    store = storage if storage is not None else get_memory_storage()
+    signals = store.fact_signals(agent_name, user_id=user_id) if isinstance(store, SqlMemoryStorage) else {}
+    policy, now = RetentionPolicy.of(get_memory_config()), datetime.now(UTC)
+    shown = []
+    for index, fact in enumerate(facts):
+        fact_id = fact.get("id")
+        signal = signals.get(fact_id, NO_SIGNALS) if isinstance(fact_id, str) else NO_SIGNALS
+        score = policy.score(candidate_of(fact, signal, index), now)
+        shown.append(
+            {
+                **fact,
+                "lastConfirmedAt": _iso(signal.last_confirmed_at),
+                "lastAccessedAt": _iso(signal.last_accessed_at),
+                "accessCount": signal.access_count,
+                "retentionScore": round(score.value, 6),
+            }
+        )
+    return shown
+
+
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else format_timestamp(value)
 
 
 def find_expiring(

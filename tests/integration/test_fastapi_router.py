@@ -29,7 +29,7 @@ from memstore.document import (
     create_empty_memory,
 )
 from memstore.integrations.fastapi import create_memory_router
-from memstore.storage.loader import reset_memory_storage
+from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
 
@@ -385,3 +385,25 @@ def test_an_import_with_a_blank_fact_or_a_huge_unknown_key_is_422(client: TestCl
         response = client.post("/api/memory/import", json=document, headers=ALICE)
         assert response.status_code == 422, response.text[:300]
     assert client.get("/api/memory", headers=ALICE).json()["facts"] == []
+
+
+def test_fact_objects_carry_read_only_retention_signals(client: TestClient) -> None:
+    added = add_fact(client, "Alice deploys with Helm", ALICE, confidence=0.8)
+    assert added["accessCount"] == 0 and "lastAccessedAt" not in added
+    assert 0 < added["retentionScore"] <= 1
+    found = client.get("/api/memory/facts", params={"q": "Helm"}, headers=ALICE).json()
+    assert [fact["id"] for fact in found] == [added["id"]]
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage) and storage.flush_access() == 1
+    [shown] = client.get("/api/memory", headers=ALICE).json()["facts"]
+    assert shown["accessCount"] == 1 and shown["lastAccessedAt"]
+    assert shown["retentionScore"] > added["retentionScore"]  # heat counts
+    # Read-only: an import that sets them (an export imported again) does not store them.
+    exported = client.get("/api/memory/export", headers=ALICE).json()
+    exported["facts"][0].update(accessCount=99, retentionScore=1.0, lastConfirmedAt="2020-01-01T00:00:00Z")
+    assert client.post("/api/memory/import", json=exported, headers=ALICE).status_code == 200
+    stored = storage.reload(user_id="alice")["facts"][0]
+    assert not {"accessCount", "retentionScore", "lastConfirmedAt", "lastAccessedAt"} & stored.keys()
+    [after] = client.get("/api/memory", headers=ALICE).json()["facts"]
+    assert after["accessCount"] == 1 and "lastConfirmedAt" not in after
+    assert client.get("/api/memory", headers=BOB).json()["facts"] == []
