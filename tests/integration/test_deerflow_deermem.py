@@ -16,6 +16,7 @@ import pytest
 from memstore.errors import RevisionConflictError
 from memstore.integrations import deerflow
 from memstore.integrations.deerflow import DeerMemStore
+from memstore.storage.records import FactFilter
 from memstore.storage.sql import SqlMemoryStorage
 from tests.support import deerflow_standins
 
@@ -195,13 +196,80 @@ def test_clear_all_empties_every_bucket_and_the_summaries(sql_url: str) -> None:
     assert _contents(storage.load("coder", user_id="bob")) == {"bob"}
 
 
-def test_the_cap_is_deermems_max_facts_and_the_hooks_are_no_ops(sql_url: str) -> None:
+@dataclass
+class Evicted:
+    """DeerMem's ``EvictedFact``: the fields its ``record_capacity_eviction`` hands over."""
+
+    fact_id: str
+    category: str
+    score: float
+    components: dict[str, float]
+
+
+@dataclass
+class Decision:
+    """DeerMem's ``FactEvictionDecision`` (the fields the adapter reads)."""
+
+    evicted: list[Evicted]
+    policy: str = "hybrid-v1"
+
+
+def test_the_cap_is_deermems_max_facts_and_the_hooks_reach_memstore(sql_url: str) -> None:
     storage = _storage(sql_url, max_facts=10)
     facts = [_fact(f"fact {n}", confidence=0.5 + n / 100) for n in range(12)]
     assert storage.save({"facts": facts}, "__default__", user_id="alice")
     assert len(storage.load("__default__", user_id="alice")["facts"]) == 10
     assert storage.get_fact_usage(agent_name="__default__", user_id="alice") == {}
-    storage.record_fact_accesses([facts[0]["id"]], agent_name="__default__", user_id="alice")
+    used = facts[5]["id"]
+    storage.record_fact_accesses([used, used], agent_name="__default__", user_id="alice")
+    sql = SqlMemoryStorage(sql_url)
+    assert storage._sql.get().flush_access() == 1
+    usage = storage.get_fact_usage(agent_name="__default__", user_id="alice")
+    assert list(usage) == [used] and usage[used]["accessHeat"] == 2.0 and usage[used]["lastAccessedAt"]
+    assert storage.get_fact_usage(agent_name="__default__", user_id="bob") == {}
+
+    # DeerMem trims itself, saves, then reports why: the deletion's audit row learns it.
+    document = storage.load("__default__", user_id="alice")
+    gone = document["facts"][-1]["id"]
+    document["facts"] = document["facts"][:-1]
+    assert storage.save(document, "__default__", user_id="alice")
+    decision = Decision([Evicted(gone, "knowledge", 0.41, {"confidence": 0.6, "accessHeat": 0.0})])
+    storage.record_capacity_eviction(decision, max_facts=10, agent_name="__default__", user_id="alice")
+    [entry] = [
+        entry
+        for entry in sql.history(FactFilter(user_id="alice", agent_name=None), fact_id=gone, limit=10)
+        if entry.action == "delete"
+    ]
+    assert entry.detail == {
+        "reason": "evicted",
+        "policy": "hybrid-v1",
+        "max_facts": 10,
+        "score": 0.41,
+        "confidence": 0.6,
+        "accessHeat": 0.0,
+    }
+    # memstore's own eviction reasons are never overwritten.
+    document = storage.load("__default__", user_id="alice")
+    document["facts"] += [_fact("strong one", confidence=0.99), _fact("strong two", confidence=0.98)]
+    assert storage.save(document, "__default__", user_id="alice")
+    alice = FactFilter(user_id="alice", agent_name=None)
+    [capped] = [
+        entry
+        for entry in sql.history(alice, fact_id=None, limit=100)
+        if entry.action == "delete" and entry.entity_id != gone
+    ]
+    assert capped.detail is not None and capped.detail["policy"] == "hybrid"
+    storage.record_capacity_eviction(
+        Decision([Evicted(capped.entity_id, "knowledge", 0.0, {})]),
+        max_facts=10,
+        agent_name="__default__",
+        user_id="alice",
+    )
+    [again] = [
+        entry for entry in sql.history(alice, fact_id=capped.entity_id, limit=10) if entry.action == "delete"
+    ]
+    assert again.detail == capped.detail
     storage.clear_fact_metadata(agent_name="__default__", user_id="alice")
     assert len(storage.load("__default__", user_id="alice")["facts"]) == 10
     storage.close()
+    sql.close()

@@ -21,9 +21,11 @@ merges from the revision its document carries, where DeerMem's files would overw
 
 Hooks. ``record_fact_accesses`` (DeerMem calls it for the facts it injected) counts an access
 in memstore's access tracking (``memstore.storage.sql.access``: in memory, written in batches).
-``get_fact_usage`` returns ``{}`` and ``record_capacity_eviction`` and ``clear_fact_metadata`` do
-nothing, so DeerMem's own capacity scoring falls back to confidence and recency, as it does with
-no sidecar data.
+``get_fact_usage`` reads the same columns back (``accessHeat`` is the access count; DeerMem decays
+it), so DeerMem's ``hybrid-v1`` capacity score sees real accesses. ``record_capacity_eviction``
+puts DeerMem's score and its parts on the audit rows of the deletions its save made
+(``memory_history.detail``). ``clear_fact_metadata`` does nothing: a deleted fact's signals go
+with its row.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import logging
 from datetime import datetime
 from typing import Any, cast
 
-from memstore.document import MemoryDocument
+from memstore.document import MemoryDocument, format_timestamp
 from memstore.errors import RevisionConflictError, StorageWriteError
 from memstore.integrations.deerflow.deermem_facts import fact_revision, next_version, to_deermem, to_memstore
 from memstore.integrations.deerflow.opening import LazySql
@@ -191,8 +193,19 @@ class DeerMemStore:
         return next((fact for fact in facts if fact.get("id") == fact_id), None)
 
     def get_fact_usage(self, *, agent_name: str, user_id: str | None = None) -> dict[str, dict[str, Any]]:
-        """No usage data yet (documented no-op): capacity scoring uses confidence and recency."""
-        return {}
+        """DeerMem's usage entries from memstore's access columns, for its hybrid capacity score.
+
+        ``accessHeat`` is the access count: DeerMem decays it from ``lastAccessedAt`` itself.
+        """
+        signals = self._sql.get().fact_signals(self._bucket(agent_name), user_id=self._user(user_id))
+        return {
+            fact_id: {
+                "lastAccessedAt": format_timestamp(signal.last_accessed_at),
+                "accessHeat": float(signal.access_count),
+            }
+            for fact_id, signal in signals.items()
+            if signal.last_accessed_at is not None and signal.access_count > 0
+        }
 
     def record_fact_accesses(
         self,
@@ -218,7 +231,20 @@ class DeerMemStore:
         occurred_at: datetime | None = None,
         shadow_decision: Any = None,
     ) -> None:
-        """Documented no-op: evictions are in memstore's audit trail as deletions already."""
+        """Put DeerMem's eviction scores on the audit rows of the deletions its save just made."""
+        details = {
+            str(evicted.fact_id): {
+                "reason": "evicted",
+                "policy": str(getattr(decision, "policy", "")),
+                "max_facts": max_facts,
+                "score": float(evicted.score),
+                **{str(name): float(value) for name, value in dict(evicted.components).items()},
+            }
+            for evicted in getattr(decision, "evicted", ())
+        }
+        self._sql.get().annotate_removals(
+            self._bucket(agent_name), user_id=self._user(user_id), details=details
+        )
 
     def clear_fact_metadata(
         self, *, agent_name: str, user_id: str | None = None, fact_ids: list[str] | None = None

@@ -63,6 +63,7 @@ from memstore.storage.sql.merge import Cap
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.sql.statements import (
+    ANNOTATE_DELETION,
     INSERT_SCOPE,
     LOAD_QUERY,
     LOCK_QUERY,
@@ -158,6 +159,25 @@ class SqlMemoryStorage(MemoryStorage):
                 return access.fact_signals(conn, resolve_scope(agent_name, user_id))
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
+
+    def annotate_removals(
+        self, agent_name: str | None, *, user_id: str | None, details: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        """Record why facts went on their latest deletion rows, for a host that evicts itself (DeerMem).
+
+        Only rows without a ``detail`` are annotated, so a reason memstore recorded is never replaced.
+        """
+        keys = scope_keys(resolve_scope(agent_name, user_id))
+        rows = [
+            {**keys, "b_fact_id": fact_id, "b_detail": dict(detail)} for fact_id, detail in details.items()
+        ]
+        if not rows:
+            return
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(ANNOTATE_DELETION, rows)
+        except DBAPIError as exc:
+            raise self._unavailable(exc, "annotate the audit trail") from exc
 
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         scope = resolve_scope(agent_name, user_id)

@@ -233,6 +233,22 @@ INSERT_HISTORY = insert(_history).values(
     after=bindparam("b_after", type_=_NULLABLE_JSON),
     detail=bindparam("b_detail", type_=_NULLABLE_JSON),
 )
+# A host that evicts itself (DeerMem) reports why after its save: the fact's latest deletion learns it.
+_LATEST_DELETION = (
+    select(func.max(_history.c.id))
+    .where(
+        _history.c.scope_id == SCOPE_ID,
+        _history.c.entity == "fact",
+        _history.c.entity_id == bindparam("b_fact_id"),
+        _history.c.action == "delete",
+    )
+    .scalar_subquery()
+)
+ANNOTATE_DELETION = (
+    update(_history)
+    .where(_history.c.id == _LATEST_DELETION, _history.c.detail.is_(None))
+    .values(detail=bindparam("b_detail", type_=_NULLABLE_JSON))
+)
 # A re-stated fact: a retention signal, not a content change (no revision, no audit row).
 CONFIRM_FACTS = (
     update(_facts)
