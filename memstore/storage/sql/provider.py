@@ -45,7 +45,7 @@ from memstore.errors import (
     StaleDocumentError,
     StorageUnavailableError,
 )
-from memstore.retention import RetentionPolicy
+from memstore.retention import FactSignals, RetentionPolicy
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage, HistoryEntry, MemoryStats
@@ -141,6 +141,12 @@ class SqlMemoryStorage(MemoryStorage):
             return self._read(scope)
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
+
+    def fact_signals(
+        self, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> dict[str, FactSignals]:
+        """The scope's retention signals by fact id; none are read yet (never confirmed or used)."""
+        return {}
 
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         try:
