@@ -254,7 +254,8 @@ def apply_updates(
     _require_shape(updated)
     moment = now or datetime.now(UTC)
     stamp = format_timestamp(moment)
-    taken_ids = {fact["id"] for fact in updated["facts"] if isinstance(fact.get("id"), str)}
+    stored_ids = {fact["id"] for fact in updated["facts"] if isinstance(fact.get("id"), str)}
+    taken_ids = set(stored_ids)
     _apply_sections(updated, update, stamp)
     if update["factsToRemove"]:
         _remove_ids(updated, set(update["factsToRemove"]))
@@ -279,4 +280,6 @@ def apply_updates(
     removals.update(apply_consolidations(updated, update["factsToConsolidate"], config, moment))
     strip_upload_mentions(updated)
     live = {fact["id"] for fact in updated["facts"] if isinstance(fact.get("id"), str)}
-    return AppliedUpdate(updated, removals, [fact_id for fact_id in confirmed if fact_id in live])
+    # A new fact evicted at once was never stored, so there is nothing to audit.
+    audited = {fact_id: detail for fact_id, detail in removals.items() if fact_id in stored_ids}
+    return AppliedUpdate(updated, audited, [fact_id for fact_id in confirmed if fact_id in live])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -11,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memstore.config import MemoryConfig
-from memstore.document import MemoryDocument, create_empty_memory
+from memstore.document import MemoryDocument, create_empty_memory, format_timestamp
 from memstore.errors import MalformedMemoryError
-from memstore.update.apply import apply_updates, evict_to_cap, strip_upload_mentions
+from memstore.retention import FactSignals
+from memstore.update.apply import AppliedUpdate, apply_updates, evict_to_cap, strip_upload_mentions
 from memstore.update.parser import MemoryUpdate, NewFact, SectionUpdate
 
 CONFIG = MemoryConfig()
@@ -327,3 +329,105 @@ def test_upload_scrubbing_matches_the_reference_pattern(text: str) -> None:
         r"  +", " ", REFERENCE_UPLOAD_SENTENCE.sub("", text).strip()
     )
     assert bool(scrubbed["facts"]) == (REFERENCE_UPLOAD_SENTENCE.search(text) is None)
+
+
+class TestConfirmedRestatements:
+    def test_a_restated_fact_is_confirmed_and_not_duplicated(self) -> None:
+        memory = memory_with(stored("fact_py", "User likes Python"), stored("fact_go", "User likes Go"))
+        result = apply_updates(
+            memory,
+            update(
+                new_facts=[
+                    fact("  user likes PYTHON "),
+                    fact("User likes Python", 0.95),
+                    fact("User likes Rust"),
+                ]
+            ),
+            thread_id="t",
+            config=CONFIG,
+        )
+        assert contents(result.memory) == ["User likes Python", "User likes Go", "User likes Rust"]
+        assert result.confirmed == ["fact_py"]
+
+    def test_a_restatement_below_the_threshold_confirms_nothing(self) -> None:
+        memory = memory_with(stored("fact_py", "User likes Python"))
+        result = apply_updates(
+            memory, update(new_facts=[fact("User likes Python", 0.5)]), thread_id="t", config=CONFIG
+        )
+        assert result.confirmed == [] and contents(result.memory) == ["User likes Python"]
+
+    def test_a_replaced_fact_is_not_confirmed(self) -> None:
+        memory = memory_with(stored("fact_old", "User uses Vim"))
+        result = apply_updates(
+            memory,
+            update(remove=["fact_old"], new_facts=[fact("User uses Vim")]),
+            thread_id="t",
+            config=CONFIG,
+        )
+        assert result.confirmed == [] and result.memory["facts"][0]["id"] != "fact_old"
+
+    def test_an_id_less_restated_fact_is_not_reported(self) -> None:
+        memory = memory_with({"content": "User likes tea", "confidence": 0.9})
+        result = apply_updates(
+            memory, update(new_facts=[fact("User likes tea")]), thread_id="t", config=CONFIG
+        )
+        assert result.confirmed == [] and len(result.memory["facts"]) == 1
+
+
+class TestEvictionPolicyAtTheCap:
+    """Document-level cap: ``confidence`` is the reference's trim, ``hybrid`` also weighs freshness."""
+
+    NOW = datetime(2026, 7, 1, tzinfo=UTC)
+
+    def fresh(
+        self, fact_id: str, confidence: float, category: str = "context", days: int = 0
+    ) -> dict[str, Any]:
+        created = format_timestamp(self.NOW - timedelta(days=days))
+        return {**stored(fact_id, f"content {fact_id}", confidence, createdAt=created), "category": category}
+
+    def memory(self) -> MemoryDocument:
+        return memory_with(
+            *(self.fresh(f"fill{i}", 0.95) for i in range(9)), self.fresh("old", 0.80, days=365)
+        )
+
+    def apply(self, memory: MemoryDocument, new: list[NewFact], policy: str) -> AppliedUpdate:
+        config = MemoryConfig(max_facts=10, eviction_policy=policy)  # type: ignore[arg-type]
+        return apply_updates(memory, update(new_facts=new), thread_id="t", config=config, now=self.NOW)
+
+    def test_confidence_policy_drops_the_least_confident(self) -> None:
+        result = self.apply(self.memory(), [fact("new fact", 0.78)], "confidence")
+        assert "new fact" not in contents(result.memory) and "content old" in contents(result.memory)
+        assert result.removals == {}  # the dropped fact was never stored, so it needs no audit
+
+    def test_hybrid_evicts_an_old_never_confirmed_fact_before_a_new_slightly_less_confident_one(self) -> None:
+        result = self.apply(self.memory(), [fact("new fact", 0.78)], "hybrid")
+        assert "content old" not in contents(result.memory)
+        assert contents(result.memory)[-1] == "new fact"  # hybrid keeps document order
+        assert result.removals["old"]["reason"] == "evicted" and result.removals["old"]["max_facts"] == 10
+        assert result.removals["old"]["freshness"] == round(0.5 * 2 ** (-365 / 90), 6)
+
+    def test_a_restated_fact_counts_as_freshly_confirmed(self) -> None:
+        result = self.apply(self.memory(), [fact("content old", 0.9), fact("new fact", 0.78)], "hybrid")
+        assert "content old" in contents(result.memory) and "new fact" not in contents(result.memory)
+        assert result.confirmed == ["old"]
+
+    def test_corrections_keep_their_reserved_slot_under_hybrid_only(self) -> None:
+        memory = memory_with(
+            self.fresh("fix", 0.3, "correction"), *(self.fresh(f"f{i}", 0.9) for i in range(10))
+        )
+        hybrid = self.apply(memory, [], "hybrid")
+        assert [f["id"] for f in hybrid.memory["facts"]] == ["fix", *(f"f{i}" for i in range(9))]
+        assert list(hybrid.removals) == ["f9"]
+        confidence = self.apply(memory, [], "confidence")
+        assert "fix" not in [f["id"] for f in confidence.memory["facts"]] and list(confidence.removals) == [
+            "fix"
+        ]
+
+    def test_store_signals_rank_hybrid_eviction(self) -> None:
+        memory = memory_with(*(self.fresh(f"f{i}", 0.8, days=200) for i in range(11)))
+        heat = FactSignals(last_accessed_at=self.NOW, access_count=8)
+        config = MemoryConfig(max_facts=10)
+        result = apply_updates(
+            memory, update(), thread_id="t", config=config, signals={"f10": heat}, now=self.NOW
+        )
+        assert list(result.removals) == ["f9"] and result.removals["f9"]["heat"] == 0.0
