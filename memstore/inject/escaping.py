@@ -42,3 +42,13 @@ def inline_text(value: object) -> str:
     ordinary text should reach the model byte for byte.
     """
     return html.escape(single_line(str(value)), quote=False)
+
+
+def quoted_inline_text(value: object) -> str:
+    """``inline_text`` that also escapes quotes, for text placed inside ``"…"`` or an attribute.
+
+    The update prompt's staleness and consolidation sections quote fact content and put the
+    category in a tag attribute, so a ``"`` there could end the quoted part and let the rest of
+    the fact read as prompt structure.
+    """
+    return html.escape(single_line(str(value)), quote=True)

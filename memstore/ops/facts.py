@@ -48,7 +48,7 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
 from memstore.storage.records import MAX_PAGE_SIZE, FactFilter
-from memstore.update.apply import trim_facts_to_max
+from memstore.update.apply import evict_to_cap
 
 Fact = dict[str, Any]
 
@@ -124,7 +124,8 @@ def create_memory_fact_with_created_fact(
         "source": MANUAL_SOURCE,
     }
     updated = dict(memory)
-    updated["facts"] = trim_facts_to_max([*facts, created], get_memory_config().max_facts)
+    # The evicted facts' audit detail is not passed on to the store here (yet).
+    updated["facts"], _ = evict_to_cap([*facts, created], get_memory_config())
     stored = _save(updated, agent_name, user_id, "Failed to save memory after creating a fact")
     if _fact_by_id(stored, fact_id) is None:
         _refuse_duplicate(_facts_of(stored), text, ignore_id=fact_id)

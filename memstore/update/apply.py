@@ -1,6 +1,9 @@
 """Applies a normalised update to a memory document, in the reference's order.
 
-Order: section summaries, removals, new facts, ``max_facts`` trim, upload scrubbing. Work
+Order: section summaries, ``factsToRemove``, stale removals (``staleness.py``), new facts,
+eviction at ``max_facts`` (``evict_to_cap``), consolidation (``consolidation.py``), upload
+scrubbing. A new fact that re-states a live one (same ``fact_content_key``) is not added; the
+live fact's id is reported as confirmed, so the store can record that it is still true. Work
 happens on a deep copy so a failure (or a failed save later) never touches the caller's
 document, which may be a storage cache; unknown top-level keys such as a provider's
 ``revision`` ride along untouched.
@@ -14,7 +17,9 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from memstore.config import MemoryConfig
@@ -23,11 +28,14 @@ from memstore.document import (
     MemoryDocument,
     coerce_confidence,
     fact_content_key,
+    format_timestamp,
     new_fact_id,
-    utc_now_iso_z,
 )
 from memstore.errors import MalformedMemoryError
+from memstore.retention import NO_SIGNALS, FactSignals, RetentionPolicy, candidate_of
+from memstore.update.consolidation import apply_consolidations
 from memstore.update.parser import MemoryUpdate
+from memstore.update.staleness import stale_ids_to_remove
 
 # Upload mentions, as in the reference's sentence pattern (IGNORECASE)
 #   [^.!?]*\b(?:MENTION)[^.!?]*[.!?]?\s*
@@ -69,19 +77,31 @@ def _apply_sections(memory: MemoryDocument, update: MemoryUpdate, now: str) -> N
 
 
 def _add_new_facts(
-    memory: MemoryDocument, update: MemoryUpdate, *, thread_id: str | None, threshold: float, now: str
-) -> None:
+    memory: MemoryDocument,
+    update: MemoryUpdate,
+    *,
+    thread_id: str | None,
+    threshold: float,
+    now: str,
+    taken_ids: set[str],
+) -> list[str]:
+    """Append the new facts that pass; the ids of live facts that a passing new fact re-stated."""
     facts: list[dict[str, Any]] = memory["facts"]
-    seen = {
-        fact_content_key(content)
-        for fact in facts
-        if isinstance(content := fact.get("content"), str) and content.strip()
-    }
-    taken_ids = {str(fact["id"]) for fact in facts if "id" in fact}
+    live: dict[str, str | None] = {}
+    for existing in facts:
+        if isinstance(content := existing.get("content"), str) and content.strip():
+            existing_id = existing.get("id")
+            live.setdefault(fact_content_key(content), existing_id if isinstance(existing_id, str) else None)
+    seen = set(live)
+    confirmed: dict[str, None] = {}
     for new in update["newFacts"]:
         confidence = coerce_confidence(new["confidence"])
         key = fact_content_key(new["content"])
-        if confidence < threshold or not key or key in seen:
+        if confidence < threshold or not key:
+            continue
+        if key in seen:
+            if (restated := live.get(key)) is not None:
+                confirmed[restated] = None
             continue
         seen.add(key)
         fact_id = new_fact_id(taken_ids)
@@ -98,14 +118,49 @@ def _add_new_facts(
         if source_error:
             fact["sourceError"] = source_error
         facts.append(fact)
+    return list(confirmed)
 
 
-def trim_facts_to_max(facts: list[dict[str, Any]], max_facts: int) -> list[dict[str, Any]]:
-    """Keep the ``max_facts`` most confident facts; the order changes only when trimming."""
-    if len(facts) <= max_facts:
-        return facts
-    ranked = sorted(facts, key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
-    return ranked[:max_facts]
+def _remove_ids(memory: MemoryDocument, ids: Collection[str]) -> None:
+    memory["facts"] = [
+        fact for fact in memory["facts"] if not (isinstance(fact.get("id"), str) and fact["id"] in ids)
+    ]
+
+
+def evict_to_cap(
+    facts: list[dict[str, Any]],
+    config: MemoryConfig,
+    signals: Mapping[str, FactSignals] | None = None,
+    now: datetime | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The facts kept at ``config.max_facts`` and the audit detail of each evicted fact, by id.
+
+    Ranking is ``RetentionPolicy.select`` (``memstore.retention``) with each fact's stored
+    ``signals``. Under the cap, ``facts`` comes back as it is. Over it, the ``confidence``
+    policy returns the survivors most confident first (ties in document order), as the
+    reference's trim does; ``hybrid`` keeps the survivors in document order, so evicting a few
+    facts never reshuffles the rest (nothing reads the order as a rank: injection and search
+    sort for themselves). An evicted fact without a string id has no audit entry.
+    """
+    if len(facts) <= config.max_facts:
+        return facts, {}
+    signals = signals or {}
+    moment = now or datetime.now(UTC)
+    candidates = [
+        candidate_of(fact, signals.get(fact_id, NO_SIGNALS) if isinstance(fact_id := fact.get("id"), str)
+                     else NO_SIGNALS, index)
+        for index, fact in enumerate(facts)
+    ]  # fmt: skip
+    policy = RetentionPolicy.of(config)
+    kept, evicted = policy.select(candidates, config.max_facts, moment)
+    if policy.policy == "confidence":
+        kept.sort(key=lambda index: -candidates[index].confidence)
+    removals = {
+        facts[index]["id"]: score.detail("evicted", max_facts=config.max_facts)
+        for index, score in evicted.items()
+        if isinstance(facts[index].get("id"), str)
+    }
+    return [facts[index] for index in kept], removals
 
 
 def _upload_sentences(text: str) -> Iterator[tuple[int, int]]:
@@ -167,21 +222,64 @@ def strip_upload_mentions(memory: MemoryDocument) -> MemoryDocument:
     return memory
 
 
+@dataclass(frozen=True, slots=True)
+class AppliedUpdate:
+    """The updated document, plus what the store should record about it.
+
+    ``removals``: fact id to audit detail for every fact the update removed for a reason other
+    than ``factsToRemove`` (``stale``, ``consolidated``, ``evicted``). ``confirmed``: ids of facts
+    still in ``memory`` that a new fact re-stated (the re-statement itself is not added).
+    """
+
+    memory: MemoryDocument
+    removals: dict[str, dict[str, Any]]
+    confirmed: list[str]
+
+
 def apply_updates(
-    memory: MemoryDocument, update: MemoryUpdate, *, thread_id: str | None, config: MemoryConfig
-) -> MemoryDocument:
-    """A new document: ``memory`` with ``update`` applied, trimmed and scrubbed."""
+    memory: MemoryDocument,
+    update: MemoryUpdate,
+    *,
+    thread_id: str | None,
+    config: MemoryConfig,
+    signals: Mapping[str, FactSignals] | None = None,
+    now: datetime | None = None,
+) -> AppliedUpdate:
+    """``memory`` with ``update`` applied, capped, consolidated and scrubbed, as a new document.
+
+    ``signals`` are the store's retention signals by fact id, for the cap's ranking; a fact
+    re-stated by this update counts as confirmed at ``now`` there.
+    """
     updated = copy.deepcopy(memory)
     _require_shape(updated)
-    now = utc_now_iso_z()
-    _apply_sections(updated, update, now)
+    moment = now or datetime.now(UTC)
+    stamp = format_timestamp(moment)
+    stored_ids = {fact["id"] for fact in updated["facts"] if isinstance(fact.get("id"), str)}
+    taken_ids = set(stored_ids)
+    _apply_sections(updated, update, stamp)
     if update["factsToRemove"]:
-        removed = set(update["factsToRemove"])
-        updated["facts"] = [
-            fact
-            for fact in updated["facts"]
-            if not (isinstance(fact.get("id"), str) and fact["id"] in removed)
-        ]
-    _add_new_facts(updated, update, thread_id=thread_id, threshold=config.fact_confidence_threshold, now=now)
-    updated["facts"] = trim_facts_to_max(updated["facts"], config.max_facts)
-    return strip_upload_mentions(updated)
+        _remove_ids(updated, set(update["factsToRemove"]))
+    removals: dict[str, dict[str, Any]] = {}
+    stale = stale_ids_to_remove(updated, update["staleFactsToRemove"], config, moment)
+    if stale:
+        _remove_ids(updated, stale)
+        removals.update({fact_id: {"reason": "stale", "llm_reason": why} for fact_id, why in stale.items()})
+    confirmed = _add_new_facts(
+        updated,
+        update,
+        thread_id=thread_id,
+        threshold=config.fact_confidence_threshold,
+        now=stamp,
+        taken_ids=taken_ids,
+    )
+    ranked = dict(signals or {})
+    for fact_id in confirmed:
+        ranked[fact_id] = replace(ranked.get(fact_id, NO_SIGNALS), last_confirmed_at=moment)
+    updated["facts"], evicted = evict_to_cap(updated["facts"], config, ranked, moment)
+    removals.update(evicted)
+    removals.update(apply_consolidations(updated, update["factsToConsolidate"], config, moment))
+    strip_upload_mentions(updated)
+    live = {fact["id"] for fact in updated["facts"] if isinstance(fact.get("id"), str)}
+    # A new fact evicted at once was never stored, so there is nothing to audit.
+    audited = {fact_id: detail for fact_id, detail in removals.items() if fact_id in stored_ids}
+    return AppliedUpdate(updated, audited, [fact_id for fact_id in confirmed if fact_id in live])

@@ -29,8 +29,9 @@ class Extractor(Protocol):
 
 
 class LLMExtractor:
-    def __init__(self, client: LLMClient) -> None:
+    def __init__(self, client: LLMClient, config: MemoryConfig) -> None:
         self._client = client
+        self._config = config
 
     def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
         # Only the document itself goes to the endpoint: a provider's bookkeeping (the SQL
@@ -41,6 +42,7 @@ class LLMExtractor:
             context.messages,
             correction_detected=context.correction_detected,
             reinforcement_detected=context.reinforcement_detected,
+            config=self._config,
         )
         if prompt is None:
             return None
@@ -70,7 +72,7 @@ def build_extractor(config: MemoryConfig, *, model_name: str | None = None) -> E
     """The extractor ``config`` selects; ``model_name`` overrides ``config.model_name`` for the LLM."""
     if resolve_extractor(config) == "rules":
         return RulesExtractor()
-    return LLMExtractor(LLMClient(config, model_name=model_name))
+    return LLMExtractor(LLMClient(config, model_name=model_name), config)
 
 
 def describe_extractor(config: MemoryConfig) -> str:

@@ -8,9 +8,10 @@ proportional to its offset and nested objects are decoded once per brace, so the
 gives up after ``MAX_DECODE_FAILURES`` failures or ``MAX_DECODE_WORK`` decoded characters, and
 refuses replies over ``MAX_REPLY_CHARS``: a reply of a million ``{`` must not pin the worker.
 
-Field types are normalised so the apply step sees clean data. A reply that asks to remove
-facts while some of its new facts were malformed is refused as a whole: applying only the
-removal would turn "replace X with Y" into "forget X".
+Field types are normalised so the apply step sees clean data, ``staleFactsToRemove`` and
+``factsToConsolidate`` included (both optional; anything that is not a list reads as empty).
+A reply that asks to remove facts while some of its new facts were malformed is refused as a
+whole: applying only the removal would turn "replace X with Y" into "forget X".
 
 Text the store could not keep, or should not, is malformed too: a NUL character (PostgreSQL
 text cannot hold it), a lone surrogate (not encodable as UTF-8), or a fact or summary longer
@@ -38,6 +39,9 @@ from memstore.errors import MemoryUpdateParseError, UnsafeMemoryUpdateError
 
 REQUIRED_KEYS = frozenset({"user", "history", "newFacts"})
 DEFAULT_FACT_CONFIDENCE = 0.5
+DEFAULT_CONSOLIDATED_CONFIDENCE = 0.9
+MAX_REASON_CHARS = 500
+"""A staleness reason longer than this is cut: it only goes to the audit trail."""
 MAX_REPLY_CHARS = 1_000_000
 MAX_DECODE_FAILURES = 256
 MAX_DECODE_WORK = 16 * MAX_REPLY_CHARS
@@ -56,11 +60,29 @@ class NewFact(TypedDict):
     sourceError: NotRequired[str]
 
 
+class StaleRemoval(TypedDict):
+    id: str
+    reason: str
+
+
+class ConsolidatedFact(TypedDict):
+    content: str
+    category: str
+    confidence: float
+
+
+class Consolidation(TypedDict):
+    sourceIds: list[str]
+    consolidated: ConsolidatedFact
+
+
 class MemoryUpdate(TypedDict):
     user: dict[str, SectionUpdate]
     history: dict[str, SectionUpdate]
     newFacts: list[NewFact]
     factsToRemove: list[str]
+    staleFactsToRemove: list[StaleRemoval]
+    factsToConsolidate: list[Consolidation]
 
 
 def extract_text(content: object) -> str:
@@ -186,6 +208,62 @@ def normalise_fact(raw: object) -> NewFact | None:
     return fact
 
 
+def _normalise_stale_removals(raw: object) -> list[StaleRemoval]:
+    """Entries naming a fact id; a reason that is not storable text becomes ``""``."""
+    if not isinstance(raw, list):
+        return []
+    removals: list[StaleRemoval] = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            continue
+        fact_id = entry.get("id")
+        if not isinstance(fact_id, str) or not fact_id:
+            continue
+        reason = entry.get("reason")
+        reason = reason[:MAX_REASON_CHARS] if isinstance(reason, str) else ""
+        removals.append({"id": fact_id, "reason": "" if unstorable(reason) else reason})
+    return removals
+
+
+def _consolidated_confidence(raw: object) -> float:
+    """The merge's confidence as given, or 0.9 for anything but a finite number (strings too)."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return DEFAULT_CONSOLIDATED_CONFIDENCE
+    try:
+        value = float(raw)
+    except OverflowError:
+        return DEFAULT_CONSOLIDATED_CONFIDENCE
+    return value if math.isfinite(value) else DEFAULT_CONSOLIDATED_CONFIDENCE
+
+
+def _normalise_consolidations(raw: object) -> list[Consolidation]:
+    """Merges of at least two distinct source ids into one storable fact."""
+    if not isinstance(raw, list):
+        return []
+    merges: list[Consolidation] = []
+    for entry in raw:
+        if not isinstance(entry, Mapping):
+            continue
+        source_ids = entry.get("sourceIds")
+        consolidated = entry.get("consolidated")
+        if not isinstance(source_ids, list) or not isinstance(consolidated, Mapping):
+            continue
+        clean_ids = list(dict.fromkeys(item for item in source_ids if isinstance(item, str) and item))
+        content = storable_text(consolidated.get("content"), MAX_FACT_CHARS)
+        if len(clean_ids) < 2 or not content:
+            continue
+        category = storable_text(consolidated.get("category"), MAX_CATEGORY_CHARS)
+        merged: ConsolidatedFact = {
+            "content": content,
+            "category": category or DEFAULT_CATEGORY,
+            "confidence": _consolidated_confidence(
+                consolidated.get("confidence", DEFAULT_CONSOLIDATED_CONFIDENCE)
+            ),
+        }
+        merges.append({"sourceIds": clean_ids, "consolidated": merged})
+    return merges
+
+
 def normalise_update(raw: Mapping[str, Any]) -> MemoryUpdate:
     """Coerce an accepted reply object into ``MemoryUpdate``; raise when it is unsafe to apply."""
     raw_facts = raw.get("newFacts")
@@ -211,6 +289,8 @@ def normalise_update(raw: Mapping[str, Any]) -> MemoryUpdate:
         "history": _normalise_sections(raw.get("history"), SECTION_GROUPS["history"]),
         "newFacts": new_facts,
         "factsToRemove": removals,
+        "staleFactsToRemove": _normalise_stale_removals(raw.get("staleFactsToRemove")),
+        "factsToConsolidate": _normalise_consolidations(raw.get("factsToConsolidate")),
     }
 
 

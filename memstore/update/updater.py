@@ -131,13 +131,20 @@ class MemoryUpdater:
             update = self._extractor_for(config).extract(context, current)
             if update is None:
                 return False
-            updated = apply_updates(current, update, thread_id=context.thread_id, config=config)
+            sql = storage if isinstance(storage, SqlMemoryStorage) else None
+            if lease is not None and sql is None:
+                raise ConfigError("the database queue needs the SQL provider (storage_class)")
+            signals = (
+                sql.fact_signals(context.agent_name, user_id=context.user_id) if sql is not None else None
+            )
+            applied = apply_updates(
+                current, update, thread_id=context.thread_id, config=config, signals=signals
+            )
             options: dict[str, Any] = {"origin": context.thread_id, "captured_at": context.timestamp}
-            if lease is not None:
-                if not isinstance(storage, SqlMemoryStorage):
-                    raise ConfigError("the database queue needs the SQL provider (storage_class)")
-                options["lease"] = lease
-            saved = storage.save(updated, context.agent_name, user_id=context.user_id, **options)
+            if sql is not None:
+                # Only the SQL provider records why facts went and which were re-stated.
+                options.update(lease=lease, removals=applied.removals, confirmed=applied.confirmed)
+            saved = storage.save(applied.memory, context.agent_name, user_id=context.user_id, **options)
         except SchemaNotReadyError as exc:
             logger.error(
                 "memory update for thread %s is kept for retry: the database schema is not ready "

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from memstore.config import FILE_STORAGE_CLASS
-from memstore.document import MemoryDocument, create_empty_memory
+from memstore.document import MemoryDocument, create_empty_memory, utc_now_iso_z
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.queue import MemoryUpdateQueue
 from memstore.storage.base import MemoryStorage
@@ -241,3 +241,124 @@ def test_a_hostile_reply_changes_nothing_or_exactly_its_valid_part(
         assert expect.injected in injected
         assert injected.count("</memory>") == 1 and "</current_memory>" not in injected
     record(reply=name, reply_chars=len(reply), applied=bool(expect != UNCHANGED), lost=0)
+
+
+# Lifecycle replies (staleFactsToRemove, factsToConsolidate) against a scope where both can act:
+# nine aged knowledge facts (stale candidates, and one consolidation group), an aged correction
+# (protected from both) and a fact created today (never stale).
+AGED = [f"fact_0000000{i}" for i in range(9)]
+FIX, TODAY = "fact_f1f1f1f1", "fact_70da7000"
+LIFECYCLE_IDS = [*AGED, FIX, TODAY]
+
+
+def merge_of(source_ids: Any, content: Any = "User knows several topics", **extra: Any) -> dict[str, Any]:
+    return {"sourceIds": source_ids, "consolidated": {"content": content, "confidence": 0.9, **extra}}
+
+
+LIFECYCLE: dict[str, tuple[str, tuple[str, ...], bool]] = {
+    # name: (reply, ids removed, whether one merged fact is appended)
+    "stale-string": (raw(staleFactsToRemove=AGED[0]), (), False),
+    "stale-object": (raw(staleFactsToRemove={"id": AGED[0]}), (), False),
+    "stale-bare-ids": (raw(staleFactsToRemove=AGED), (), False),
+    "stale-id-types": (
+        raw(staleFactsToRemove=[{"id": 7}, {"id": None}, {"id": [AGED[0]]}, {"id": ""}]),
+        (),
+        False,
+    ),
+    "stale-protected": (raw(staleFactsToRemove=[{"id": FIX, "reason": "old"}]), (), False),
+    "stale-recent": (raw(staleFactsToRemove=[{"id": TODAY, "reason": "old"}]), (), False),
+    "stale-other-scope": (raw(staleFactsToRemove=[{"id": OTHER}, {"id": "../" + AGED[0]}]), (), False),
+    "stale-huge-unknown": (
+        raw(staleFactsToRemove=[{"id": f"fact_{i:08x}x"} for i in range(50_000)]),
+        (),
+        False,
+    ),
+    "stale-reason-hostile": (
+        raw(
+            staleFactsToRemove=[{"id": AGED[0], "reason": {"x": 1}}, {"id": AGED[1], "reason": "\u0000" * 9}]
+        ),
+        (AGED[0], AGED[1]),
+        False,
+    ),
+    "stale-everything-capped": (
+        raw(staleFactsToRemove=[{"id": i, "reason": "old"} for i in LIFECYCLE_IDS * 1000]),
+        tuple(AGED),  # the cap is 10 and only the nine aged knowledge facts qualify
+        False,
+    ),
+    "merge-string": (raw(factsToConsolidate="merge everything"), (), False),
+    "merge-ids-not-list": (raw(factsToConsolidate=[merge_of(",".join(AGED))]), (), False),
+    "merge-one-source": (raw(factsToConsolidate=[merge_of([AGED[0], AGED[0]])]), (), False),
+    "merge-protected": (raw(factsToConsolidate=[merge_of([AGED[0], FIX])]), (), False),
+    "merge-unknown": (raw(factsToConsolidate=[merge_of([AGED[0], "fact_nothere"])]), (), False),
+    "merge-other-scope": (raw(factsToConsolidate=[merge_of([AGED[0], OTHER])]), (), False),
+    "merge-too-many": (raw(factsToConsolidate=[merge_of(AGED)]), (), False),
+    "merge-huge-source-list": (
+        raw(factsToConsolidate=[merge_of([*AGED[:2], *(str(i) for i in range(100_000))])]),
+        (),
+        False,
+    ),
+    "merge-content-types": (
+        raw(
+            factsToConsolidate=[
+                merge_of(AGED[:2], 42),
+                merge_of(AGED[:2], "  "),
+                merge_of(AGED[:2], "x" * 5000),
+            ]
+        ),
+        (),
+        False,
+    ),
+    "merge-nul-content": (raw(factsToConsolidate=[merge_of(AGED[:2], "a\u0000b")]), (), False),
+    "merge-thousands-then-valid": (
+        raw(factsToConsolidate=[*([merge_of([AGED[0], "ghost"])] * 5_000), merge_of(AGED[:2])]),
+        tuple(AGED[:2]),
+        True,
+    ),
+}
+
+
+def seed_lifecycle(storage: MemoryStorage, victim: str) -> None:
+    document = create_empty_memory()
+    aged = [
+        {"id": fid, "content": f"User knew topic {n}", "category": "knowledge",
+         "confidence": 0.8 + n / 100, "createdAt": "2020-01-01T00:00:00Z", "source": "seed"}
+        for n, fid in enumerate(AGED)
+    ]  # fmt: skip
+    document["facts"] = [
+        *aged,
+        {**aged[0], "id": FIX, "content": "Use uv, not pip", "category": "correction", "sourceError": "pip"},
+        {**aged[0], "id": TODAY, "content": "User started a new job", "createdAt": utc_now_iso_z()},
+    ]
+    assert storage.save(document, user_id=victim)
+
+
+@pytest.mark.parametrize("name", list(LIFECYCLE))
+def test_a_hostile_lifecycle_reply_removes_only_what_the_rules_allow(
+    name: str, backend: dict[str, Any], openai_server: OpenAIStubServer, record: Record
+) -> None:
+    reply, removed, merged = LIFECYCLE[name]
+    configure(**backend, **llm_settings(openai_server), consolidation_enabled=True)
+    victim, other = f"life-{name}"[:100], f"life-other-{name}"[:100]
+    storage = make_storage(backend)
+    seed_lifecycle(storage, victim)
+    seed(storage, f"unused-{name}"[:100], other)
+    other_before = storage.load(user_id=other)
+    openai_server.script(reply)
+
+    queue = MemoryUpdateQueue()
+    queue.add(thread_id="hostile", messages=turn("Anything new?"), user_id=victim)
+    queue.flush()
+
+    assert (queue.stats.errors, queue.stats.abandoned) == (0, 0), "an exception reached the queue"
+    after = make_storage(backend).load(user_id=victim)
+    ids = [f["id"] for f in after["facts"]]
+    kept = [fid for fid in LIFECYCLE_IDS if fid not in removed]
+    assert ids[: len(kept)] == kept
+    assert len(ids) == len(kept) + merged and len(set(ids)) == len(ids)
+    for stored in after["facts"]:
+        assert isinstance(stored["content"], str) and 0 <= stored["confidence"] <= 1
+    if merged:
+        assert after["facts"][-1]["consolidatedFrom"] == list(removed)
+        assert after["facts"][-1]["source"] == "consolidation"
+    assert make_storage(backend).load(user_id=other)["facts"] == other_before["facts"]
+    record(reply=name, reply_chars=len(reply), removed=len(removed), lost=0)

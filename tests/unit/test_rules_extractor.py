@@ -127,7 +127,9 @@ def test_duplicates_across_turns_are_collapsed() -> None:
 def test_update_has_the_normalised_shape() -> None:
     reply = extract_update(said("I work at Acme.", "I prefer Python.", "I want to learn Go."))
     raw = reply
-    assert set(raw) == {"user", "history", "newFacts", "factsToRemove"}
+    assert set(raw) == {
+        "user", "history", "newFacts", "factsToRemove", "staleFactsToRemove", "factsToConsolidate"
+    }  # fmt: skip
     assert raw["factsToRemove"] == []
     assert all(not section["shouldUpdate"] for section in raw["history"].values())
     update = reply
@@ -135,6 +137,20 @@ def test_update_has_the_normalised_shape() -> None:
     assert update["user"]["personalContext"]["summary"] == "User prefers Python."
     assert update["user"]["topOfMind"]["summary"] == "User wants to learn Go."
     assert all(fact["confidence"] >= 0.7 for fact in update["newFacts"])
+
+
+def test_never_proposes_stale_removals_or_consolidations() -> None:
+    """Both need judgement the rules do not have, even when every fact is aged and one category is crowded."""
+    memory = create_empty_memory()
+    memory["facts"] = [
+        {"id": f"fact_{i:08x}", "content": f"User likes topic {i}", "category": "preference",
+         "confidence": 0.8, "createdAt": "2020-01-01T00:00:00Z"}
+        for i in range(12)
+    ]  # fmt: skip
+    turns = said("I no longer like topic 3.", "I prefer Python.", "Forget the old facts.")
+    reply = extract_update(turns, memory)
+    assert reply["staleFactsToRemove"] == [] and reply["factsToConsolidate"] == []
+    assert [fact["content"] for fact in reply["newFacts"]] == ["User prefers Python"]
 
 
 def test_nothing_found_updates_no_section() -> None:
@@ -160,7 +176,7 @@ def test_every_fact_passes_the_default_threshold_when_applied() -> None:
         said("I'm a designer. I like jazz. I need to renew my passport. 我喜欢茶。"),
         correction_detected=False,
     )
-    result = apply_updates(create_empty_memory(), reply, thread_id="t", config=MemoryConfig())
+    result = apply_updates(create_empty_memory(), reply, thread_id="t", config=MemoryConfig()).memory
     assert len(result["facts"]) == 4
 
 
