@@ -193,12 +193,6 @@ class SqlMemoryStorage(MemoryStorage):
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
 
-    def fact_signals(
-        self, agent_name: str | None = None, *, user_id: str | None = None
-    ) -> dict[str, FactSignals]:
-        """The scope's retention signals by fact id; none are read yet (never confirmed or used)."""
-        return {}
-
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         try:
             return self._read(resolve_scope(agent_name, user_id))
