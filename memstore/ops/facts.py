@@ -48,6 +48,7 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
 from memstore.storage.records import MAX_PAGE_SIZE, FactFilter
+from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.update.apply import evict_to_cap
 
 Fact = dict[str, Any]
@@ -124,9 +125,15 @@ def create_memory_fact_with_created_fact(
         "source": MANUAL_SOURCE,
     }
     updated = dict(memory)
-    # The evicted facts' audit detail is not passed on to the store here (yet).
-    updated["facts"], _ = evict_to_cap([*facts, created], get_memory_config())
-    stored = _save(updated, agent_name, user_id, "Failed to save memory after creating a fact")
+    config, storage = get_memory_config(), get_memory_storage()
+    over_cap = len(facts) >= config.max_facts
+    signals = (
+        storage.fact_signals(agent_name, user_id=user_id)
+        if over_cap and isinstance(storage, SqlMemoryStorage)
+        else {}
+    )
+    updated["facts"], removals = evict_to_cap([*facts, created], config, signals)
+    stored = _save(updated, agent_name, user_id, "Failed to save memory after creating a fact", removals)
     if _fact_by_id(stored, fact_id) is None:
         _refuse_duplicate(_facts_of(stored), text, ignore_id=fact_id)
     return stored, created
@@ -284,10 +291,21 @@ def _fact_by_id(memory: MemoryDocument, fact_id: str) -> Fact | None:
 
 
 def _save(
-    memory: MemoryDocument, agent_name: str | None, user_id: str | None, message: str
+    memory: MemoryDocument,
+    agent_name: str | None,
+    user_id: str | None,
+    message: str,
+    removals: dict[str, dict[str, Any]] | None = None,
 ) -> MemoryDocument:
-    """Save ``memory`` and return what the store holds afterwards, which a merge may have changed."""
+    """Save ``memory`` and return what the store holds afterwards, which a merge may have changed.
+
+    ``removals`` (evictions at the cap) reach the SQL provider's audit trail as ``detail``.
+    """
     storage = get_memory_storage()
-    if not storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE):
+    if isinstance(storage, SqlMemoryStorage) and removals:
+        saved = storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE, removals=removals)
+    else:
+        saved = storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE)
+    if not saved:
         raise StorageWriteError(message)
     return storage.load(agent_name, user_id=user_id)

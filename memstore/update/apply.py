@@ -156,7 +156,7 @@ def evict_to_cap(
     if policy.policy == "confidence":
         kept.sort(key=lambda index: -candidates[index].confidence)
     removals = {
-        facts[index]["id"]: score.detail("evicted", max_facts=config.max_facts)
+        facts[index]["id"]: score.detail("evicted", policy=policy.policy, max_facts=config.max_facts)
         for index, score in evicted.items()
         if isinstance(facts[index].get("id"), str)
     }

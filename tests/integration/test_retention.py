@@ -17,8 +17,11 @@ from sqlalchemy import text
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory, format_timestamp
 from memstore.ops.lifecycle import LIFECYCLE_ORIGIN, run_lifecycle
+from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.provider import SqlMemoryStorage
+from memstore.update.updater import MemoryUpdater
+from tests.support.openai_server import OpenAIStubServer
 
 USER = "alice"
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -248,3 +251,61 @@ def test_the_cli_lists_by_score_and_runs_the_lifecycle(cli: Any) -> None:
     assert {entry["detail"]["reason"] for entry in expired} == {"expired"} and len(expired) == 2
     nothing = cli("lifecycle", "run", "--below", "0.2")
     assert nothing.returncode == 4 and "removed 0 fact(s)" in nothing.stdout
+
+
+def test_the_updater_confirms_restated_facts_and_audits_why_facts_went(
+    sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
+) -> None:
+    """Through the real updater and an OpenAI-compatible server: re-statement, staleness, the cap."""
+    storage = _storage(
+        sql_url,
+        isolated_config,
+        max_facts=10,
+        database_url=sql_url,
+        llm_base_url=openai_server.base_url,
+        llm_api_key="test-key",
+        model_name="test-model",
+    )
+    restated = _fact(1, "User prefers Python", 0.9, age_days=200)
+    stale = _fact(2, "User is moving house next week", 0.75, age_days=200)
+    old = [_fact(10 + n, f"old fact {n}", 0.8, age_days=200) for n in range(8)]
+    _save(storage, [restated, stale, *old])
+    reset_memory_storage()
+    openai_server.script(
+        json.dumps(
+            {
+                "user": {},
+                "history": {},
+                "newFacts": [
+                    {"content": "user prefers python", "category": "preference", "confidence": 0.95},
+                    {"content": "User moved to Lyon", "category": "context", "confidence": 0.9},
+                    {"content": "User learns Rust", "category": "goal", "confidence": 0.9},
+                ],
+                "factsToRemove": [],
+                "staleFactsToRemove": [{"id": stale["id"], "reason": "the move is over"}],
+            }
+        )
+    )
+    messages = [{"role": "user", "content": "I still prefer Python. I moved to Lyon and I am learning Rust."}]
+    assert MemoryUpdater().update_memory(messages, thread_id="thread-9", user_id=USER)
+    live = storage.reload(user_id=USER)["facts"]
+    contents = [fact["content"] for fact in live]
+    assert contents.count("User prefers Python") == 1 and "user prefers python" not in contents
+    assert "User moved to Lyon" in contents and "User learns Rust" in contents and len(live) == 10
+    with get_engine(sql_url).connect() as conn:
+        confirmed = (
+            conn.execute(text("SELECT fact_id FROM memory_facts WHERE last_confirmed_at IS NOT NULL"))
+            .scalars()
+            .all()
+        )
+    assert confirmed == [restated["id"]]
+    reasons = {fact_id: detail for fact_id, origin, detail in _deletions(sql_url) if origin == "thread-9"}
+    assert reasons.pop(stale["id"]) == {"reason": "stale", "llm_reason": "the move is over"}
+    # Eight old facts, the re-stated one and two new ones: one old fact goes, with its score.
+    [(evicted_id, detail)] = reasons.items()
+    assert (
+        evicted_id.startswith("fact_000000")
+        and detail["reason"] == "evicted"
+        and detail["policy"] == "hybrid"
+    )
+    assert restated["id"] in [fact["id"] for fact in live]
