@@ -21,9 +21,9 @@ creates and ``memstore lifecycle run`` all rank with this one module, so they al
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from memstore.config import MemoryConfig
@@ -77,8 +77,12 @@ class Score:
         }
 
 
+_FUTURE_TOLERANCE = timedelta(days=1)
+
+
 def _half_life_decay(since: datetime | None, now: datetime, half_life_days: float) -> float:
-    if since is None:
+    """``2^(-days since / half-life)``; an instant more than a day ahead is bogus and counts as never."""
+    if since is None or since > now + _FUTURE_TOLERANCE:
         return 0.0
     elapsed_days = max(0.0, (now - since).total_seconds() / _SECONDS_PER_DAY)
     return float(2.0 ** (-elapsed_days / half_life_days))
@@ -167,7 +171,9 @@ class RetentionPolicy:
         kept: set[int] = set()
         if self.policy == "hybrid" and self.reserved_categories:
             slots = min(self.reserved_max, math.ceil(max_facts * self.reserved_fraction), max_facts)
-            reserved = [index for index in ranked if facts[index].category in self.reserved_categories]
+            reserved = [
+                index for index in ranked if facts[index].category.strip() in self.reserved_categories
+            ]
             kept.update(reserved[:slots])
         for index in ranked:
             if len(kept) >= max_facts:
@@ -182,7 +188,7 @@ class RetentionPolicy:
             return {}
         found: dict[int, Score] = {}
         for index, fact in enumerate(facts):
-            if fact.category in self.protected_categories:
+            if fact.category.strip() in self.protected_categories:
                 continue
             decay = self.decay(fact, now)
             if decay.value < self.expire_below:
@@ -190,8 +196,11 @@ class RetentionPolicy:
         return found
 
 
-def candidate_of(fact: dict[str, Any], signals: FactSignals = NO_SIGNALS, index: int = 0) -> Candidate:
-    """A document fact as a ``Candidate``; an id-less fact gets a placeholder id from its index."""
+def candidate_of(fact: dict[str, Any], signals: Mapping[str, FactSignals], index: int = 0) -> Candidate:
+    """A document fact as a ``Candidate``, with its entry of ``signals`` (a scope's, by fact id).
+
+    An id-less fact gets a placeholder id from its index, and no signals.
+    """
     fact_id = fact.get("id")
     category = fact.get("category")
     return Candidate(
@@ -199,5 +208,5 @@ def candidate_of(fact: dict[str, Any], signals: FactSignals = NO_SIGNALS, index:
         category=category.strip() if isinstance(category, str) and category.strip() else "context",
         confidence=coerce_confidence(fact.get("confidence")),
         created_at=parse_timestamp(fact.get("createdAt")),
-        signals=signals,
+        signals=signals.get(fact_id, NO_SIGNALS) if isinstance(fact_id, str) else NO_SIGNALS,
     )

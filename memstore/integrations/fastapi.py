@@ -70,6 +70,7 @@ __all__ = [
     "Fact",
     "FactCreateRequest",
     "FactPatchRequest",
+    "FactRetention",
     "HistoryContext",
     "MemoryConfigResponse",
     "MemoryImportRequest",
@@ -100,6 +101,15 @@ class HistoryContext(BaseModel):
     longTermBackground: ContextSection = Field(default_factory=ContextSection)
 
 
+class FactRetention(BaseModel):
+    """Read-only (docs/operations.md#retention-eviction-decay-and-expiry); an import ignores it."""
+
+    lastConfirmedAt: str | None = Field(default=None, description="last re-stated by the extractor")
+    lastAccessedAt: str | None = Field(default=None, description="last injected or returned by a search")
+    accessCount: int = Field(default=0, description="times injected or returned by a search")
+    score: float = Field(description="eviction score now: max_facts keeps the highest")
+
+
 class Fact(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -110,16 +120,8 @@ class Fact(BaseModel):
     createdAt: str = ""
     source: str = "unknown"
     sourceError: str | None = None
-    # Read-only retention signals (docs/operations.md#retention-eviction-decay-and-expiry).
-    lastConfirmedAt: str | None = Field(
-        default=None, description="Read-only: last re-stated by the extractor"
-    )
-    lastAccessedAt: str | None = Field(
-        default=None, description="Read-only: last injected or found by search"
-    )
-    accessCount: int | None = Field(default=None, description="Read-only: times injected or found by search")
-    retentionScore: float | None = Field(
-        default=None, description="Read-only: eviction score now (max_facts keeps the highest)"
+    retention: FactRetention | None = Field(
+        default=None, description="Read-only: the fact's retention signals and eviction score"
     )
 
 
@@ -153,11 +155,8 @@ class ImportedFact(Fact):
     content: str = Field(max_length=MAX_FACT_CHARS)
     category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
     sourceError: str | None = Field(default=None, max_length=MAX_FACT_CHARS)
-    # The retention signals are read-only: accepted (an export imports again) and dropped.
-    lastConfirmedAt: str | None = Field(default=None, exclude=True)
-    lastAccessedAt: str | None = Field(default=None, exclude=True)
-    accessCount: int | None = Field(default=None, exclude=True)
-    retentionScore: float | None = Field(default=None, exclude=True)
+    # Read-only: accepted (an export imports again) and dropped.
+    retention: Any = Field(default=None, exclude=True)
 
 
 class MemoryImportRequest(BaseModel):

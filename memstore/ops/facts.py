@@ -48,7 +48,6 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
 from memstore.storage.records import MAX_PAGE_SIZE, FactFilter
-from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.update.apply import evict_to_cap
 
 Fact = dict[str, Any]
@@ -127,11 +126,7 @@ def create_memory_fact_with_created_fact(
     updated = dict(memory)
     config, storage = get_memory_config(), get_memory_storage()
     over_cap = len(facts) >= config.max_facts
-    signals = (
-        storage.fact_signals(agent_name, user_id=user_id)
-        if over_cap and isinstance(storage, SqlMemoryStorage)
-        else {}
-    )
+    signals = storage.fact_signals(agent_name, user_id=user_id) if over_cap else {}
     updated["facts"], removals = evict_to_cap([*facts, created], config, signals)
     stored = _save(updated, agent_name, user_id, "Failed to save memory after creating a fact", removals)
     if _fact_by_id(stored, fact_id) is None:
@@ -302,10 +297,6 @@ def _save(
     ``removals`` (evictions at the cap) reach the SQL provider's audit trail as ``detail``.
     """
     storage = get_memory_storage()
-    if isinstance(storage, SqlMemoryStorage) and removals:
-        saved = storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE, removals=removals)
-    else:
-        saved = storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE)
-    if not saved:
+    if not storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE, removals=removals):
         raise StorageWriteError(message)
     return storage.load(agent_name, user_id=user_id)

@@ -71,22 +71,16 @@ def search_facts(
     """Facts matching every word of ``query``, most relevant first, then by confidence.
 
     The text is never parsed as query syntax. The page's ``search_mode`` says whether the
-    full-text index served it or substring matching did (CJK text, index unavailable). The
-    facts on the page count as accessed (``MemoryStorage.record_access``); a listing does not.
+    full-text index served it or substring matching did (CJK text, index unavailable). This is
+    an operator's search across scopes, so it counts as no access of the facts it finds (a
+    user's own search, ``ops.facts.search_memory_facts``, does).
     """
     if not isinstance(query, str) or not query.strip():
         raise QueryError("the search query is empty")
     check_paging(limit, offset)
-    storage = storage if storage is not None else get_memory_storage()
-    page = operations_of(storage).query_facts(
+    return operations_of(storage).query_facts(
         where or FactFilter(), search=query.strip(), limit=limit, offset=offset
     )
-    by_scope: dict[Scope, list[str]] = {}
-    for fact in page.facts:
-        by_scope.setdefault((fact.user_id, fact.agent_name), []).append(fact.fact_id)
-    for (user_id, agent_name), fact_ids in by_scope.items():
-        storage.record_access(agent_name, user_id=user_id, fact_ids=fact_ids)
-    return page
 
 
 def count_facts(where: FactFilter | None = None, *, storage: MemoryStorage | None = None) -> int:

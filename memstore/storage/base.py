@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 from memstore.document import MemoryDocument, create_empty_memory
+from memstore.retention import FactSignals
 
 
 class MemoryStorage(ABC):
@@ -39,8 +41,14 @@ class MemoryStorage(ABC):
         user_id: str | None = None,
         origin: str | None = None,
         captured_at: datetime | None = None,
+        removals: Mapping[str, Mapping[str, Any]] | None = None,
+        confirmed: Collection[str] = (),
     ) -> bool:
         """Persist ``memory`` for the scope; ``True`` once it is durable.
+
+        ``removals`` (fact id to a JSON object such as ``{"reason": "stale"}``) says why facts
+        missing from ``memory`` went, and ``confirmed`` names live facts an update re-stated; a
+        provider with an audit trail and retention signals records them, the others ignore them.
 
         ``origin`` (a thread id, ``manual``, ``import``...) labels the change in an audit trail,
         where the provider keeps one. ``captured_at`` is when the conversation behind the
@@ -49,6 +57,12 @@ class MemoryStorage(ABC):
         or cleared, or loaded before it was erased (whatever revision the scope has reached
         since), so a late update cannot bring erased memory back and is never reported saved.
         """
+
+    def fact_signals(
+        self, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> dict[str, FactSignals]:
+        """Retention signals of the scope's facts by id; a provider that keeps none has none."""
+        return {}
 
     def clear(self, agent_name: str | None = None, *, user_id: str | None = None) -> bool:
         """Empty the scope: a deliberate overwrite, audited with origin ``erase`` where audited."""

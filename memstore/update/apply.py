@@ -146,11 +146,7 @@ def evict_to_cap(
         return facts, {}
     signals = signals or {}
     moment = now or datetime.now(UTC)
-    candidates = [
-        candidate_of(fact, signals.get(fact_id, NO_SIGNALS) if isinstance(fact_id := fact.get("id"), str)
-                     else NO_SIGNALS, index)
-        for index, fact in enumerate(facts)
-    ]  # fmt: skip
+    candidates = [candidate_of(fact, signals, index) for index, fact in enumerate(facts)]
     policy = RetentionPolicy.of(config)
     kept, evicted = policy.select(candidates, config.max_facts, moment)
     if policy.policy == "confidence":

@@ -131,19 +131,22 @@ class MemoryUpdater:
             update = self._extractor_for(config).extract(context, current)
             if update is None:
                 return False
-            sql = storage if isinstance(storage, SqlMemoryStorage) else None
-            if lease is not None and sql is None:
+            if lease is not None and not isinstance(storage, SqlMemoryStorage):
                 raise ConfigError("the database queue needs the SQL provider (storage_class)")
-            signals = (
-                sql.fact_signals(context.agent_name, user_id=context.user_id) if sql is not None else None
-            )
+            # The signals rank evictions: read them only when the update can reach the cap.
+            may_evict = len(current.get("facts") or ()) + len(update["newFacts"]) > config.max_facts
+            signals = storage.fact_signals(context.agent_name, user_id=context.user_id) if may_evict else {}
             applied = apply_updates(
                 current, update, thread_id=context.thread_id, config=config, signals=signals
             )
-            options: dict[str, Any] = {"origin": context.thread_id, "captured_at": context.timestamp}
-            if sql is not None:
-                # Only the SQL provider records why facts went and which were re-stated.
-                options.update(lease=lease, removals=applied.removals, confirmed=applied.confirmed)
+            options: dict[str, Any] = {
+                "origin": context.thread_id,
+                "captured_at": context.timestamp,
+                "removals": applied.removals,
+                "confirmed": applied.confirmed,
+            }
+            if lease is not None:
+                options["lease"] = lease
             saved = storage.save(applied.memory, context.agent_name, user_id=context.user_id, **options)
         except SchemaNotReadyError as exc:
             logger.error(

@@ -305,10 +305,25 @@ def test_searches_record_the_returned_facts_and_listings_do_not(
     assert configured.flush_access() == 1
     assert _counts(engine, "alice")["fact_00000002"] == 2
 
-    # The cross-scope search counts each hit in its own scope.
+    # An operator's cross-scope search (`memstore facts search`) is no use of anyone's memory.
     page = search_facts("tea")
     hits = {(f.user_id, f.fact_id) for f in page.facts}
     assert hits == {("alice", "fact_00000001"), ("bob", "fact_00000001")}
-    assert configured.flush_access() == 2
-    assert _counts(engine, "alice")["fact_00000001"] == 2
-    assert _counts(engine, "bob") == {"fact_00000001": 1, "fact_00000002": 0, "fact_00000003": 0}
+    assert configured.flush_access() == 0
+    assert _counts(engine, "alice")["fact_00000001"] == 1
+    assert _counts(engine, "bob") == {"fact_00000001": 0, "fact_00000002": 0, "fact_00000003": 0}
+
+
+def test_ids_that_cannot_name_a_fact_are_not_counted_and_cannot_poison_a_flush(
+    sql_url: str, isolated_config: MemoryConfig
+) -> None:
+    storage = SqlMemoryStorage(sql_url)
+    assert storage.save(_doc(_fact(1, "likes green tea")), user_id="alice")
+    bad: list[Any] = ["fact_\ud800", "fact_\x00nul", 42, "", "f" * 65, None]
+    storage.record_access(None, user_id="alice", fact_ids=[*bad, "fact_00000001"])
+    assert storage.flush_access() == 1
+    assert _counts(storage.engine, "alice") == {"fact_00000001": 1}
+    storage.record_access(None, user_id="alice", fact_ids=["fact_00000001"])
+    assert storage.flush_access() == 1  # the recorder still works
+    assert _counts(storage.engine, "alice") == {"fact_00000001": 2}
+    storage.close()

@@ -233,7 +233,7 @@ def test_the_cap_is_deermems_max_facts_and_the_hooks_reach_memstore(sql_url: str
     gone = document["facts"][-1]["id"]
     document["facts"] = document["facts"][:-1]
     assert storage.save(document, "__default__", user_id="alice")
-    decision = Decision([Evicted(gone, "knowledge", 0.41, {"confidence": 0.6, "accessHeat": 0.0})])
+    decision = Decision([Evicted(gone, "knowledge", 0.41, {"confidence": 0.6, "accessHeat": float("nan")})])
     storage.record_capacity_eviction(decision, max_facts=10, agent_name="__default__", user_id="alice")
     [entry] = [
         entry
@@ -246,7 +246,7 @@ def test_the_cap_is_deermems_max_facts_and_the_hooks_reach_memstore(sql_url: str
         "max_facts": 10,
         "score": 0.41,
         "confidence": 0.6,
-        "accessHeat": 0.0,
+        "accessHeat": None,  # JSON has no NaN
     }
     # memstore's own eviction reasons are never overwritten.
     document = storage.load("__default__", user_id="alice")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -48,6 +49,8 @@ class ReadOnlyFileStorage(FileMemoryStorage):
         user_id: str | None = None,
         origin: str | None = None,
         captured_at: datetime | None = None,
+        removals: Mapping[str, Mapping[str, Any]] | None = None,
+        confirmed: Collection[str] = (),
     ) -> bool:
         if type(self).refuse_saves:
             return False

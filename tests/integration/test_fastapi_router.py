@@ -389,21 +389,24 @@ def test_an_import_with_a_blank_fact_or_a_huge_unknown_key_is_422(client: TestCl
 
 def test_fact_objects_carry_read_only_retention_signals(client: TestClient) -> None:
     added = add_fact(client, "Alice deploys with Helm", ALICE, confidence=0.8)
-    assert added["accessCount"] == 0 and "lastAccessedAt" not in added
-    assert 0 < added["retentionScore"] <= 1
+    assert added["retention"]["accessCount"] == 0 and "lastAccessedAt" not in added["retention"]
+    assert 0 < added["retention"]["score"] <= 1
     found = client.get("/api/memory/facts", params={"q": "Helm"}, headers=ALICE).json()
     assert [fact["id"] for fact in found] == [added["id"]]
     storage = get_memory_storage()
     assert isinstance(storage, SqlMemoryStorage) and storage.flush_access() == 1
     [shown] = client.get("/api/memory", headers=ALICE).json()["facts"]
-    assert shown["accessCount"] == 1 and shown["lastAccessedAt"]
-    assert shown["retentionScore"] > added["retentionScore"]  # heat counts
-    # Read-only: an import that sets them (an export imported again) does not store them.
+    assert shown["retention"]["accessCount"] == 1 and shown["retention"]["lastAccessedAt"]
+    assert shown["retention"]["score"] > added["retention"]["score"]  # heat counts
+    # Read-only: an import that sets it (an export imported again) does not store it, and a
+    # fact's own keys that share the old flat names survive.
     exported = client.get("/api/memory/export", headers=ALICE).json()
-    exported["facts"][0].update(accessCount=99, retentionScore=1.0, lastConfirmedAt="2020-01-01T00:00:00Z")
+    exported["facts"][0]["retention"] = {"accessCount": 99, "score": 1.0, "lastConfirmedAt": "2020-01-01Z"}
+    exported["facts"][0]["accessCount"] = "tool-owned"
     assert client.post("/api/memory/import", json=exported, headers=ALICE).status_code == 200
     stored = storage.reload(user_id="alice")["facts"][0]
-    assert not {"accessCount", "retentionScore", "lastConfirmedAt", "lastAccessedAt"} & stored.keys()
+    assert "retention" not in stored and stored["accessCount"] == "tool-owned"
     [after] = client.get("/api/memory", headers=ALICE).json()["facts"]
-    assert after["accessCount"] == 1 and "lastConfirmedAt" not in after
+    assert after["retention"]["accessCount"] == 1 and "lastConfirmedAt" not in after["retention"]
+    assert after["accessCount"] == "tool-owned"
     assert client.get("/api/memory", headers=BOB).json()["facts"] == []

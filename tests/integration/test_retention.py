@@ -309,3 +309,76 @@ def test_the_updater_confirms_restated_facts_and_audits_why_facts_went(
         and detail["policy"] == "hybrid"
     )
     assert restated["id"] in [fact["id"] for fact in live]
+
+
+def test_a_lifecycle_run_removes_only_its_list_even_over_the_cap(
+    sql_url: str, isolated_config: MemoryConfig
+) -> None:
+    host = SqlMemoryStorage(sql_url, max_facts=50)  # a host's larger cap, e.g. DeerMem's
+    facts = [_fact(1, "user used Python 2", 0.9, age_days=400)]
+    facts += [_fact(10 + n, f"fresh fact {n}", 0.9) for n in range(14)]
+    _save(host, facts)
+    storage = _storage(sql_url, isolated_config, max_facts=10, expire_below=0.2)
+    run = run_lifecycle(dry_run=False, user_id=USER, now=NOW, storage=storage)
+    assert [fact.fact_id for fact in run.expiring] == ["fact_00000001"] and run.removed == 1
+    assert len(_live_ids(storage)) == 14
+    assert [fact_id for fact_id, _, _ in _deletions(sql_url)] == ["fact_00000001"]
+
+
+def test_the_lifecycle_covers_legacy_scopes_and_reads_categories_and_dates_defensively(
+    sql_url: str, isolated_config: MemoryConfig
+) -> None:
+    storage = _storage(sql_url, isolated_config, expire_below=0.2)
+    legacy = create_empty_memory()
+    legacy["facts"] = [
+        _fact(1, "legacy global fact", 0.9, age_days=400),
+        _fact(2, "a padded correction", 0.9, age_days=400, category="correction "),
+        _fact(3, "dated in year 9999", 0.9, createdAt="9999-01-01T00:00:00Z"),
+    ]
+    assert storage.save(legacy)  # the legacy global scope: no user, no agent
+    agent_only = create_empty_memory()
+    agent_only["facts"] = [_fact(4, "agent-wide fact", 0.9, age_days=400)]
+    assert storage.save(agent_only, "researcher")
+    report = run_lifecycle(dry_run=True, now=NOW, storage=storage)
+    found = {(fact.user_id, fact.agent_name, fact.fact_id) for fact in report.expiring}
+    assert found == {
+        (None, None, "fact_00000001"),
+        (None, None, "fact_00000003"),
+        (None, "researcher", "fact_00000004"),
+    }
+    assert report.scopes_scanned == 2
+
+
+def test_the_fast_path_ranks_the_cap_with_the_signals_flushed_since_it_cached(
+    sql_url: str, isolated_config: MemoryConfig
+) -> None:
+    storage = _storage(sql_url, isolated_config, max_facts=10)
+    used = _fact(1, "user deploys with Helm", 0.80, age_days=300)
+    unused = _fact(2, "user liked a podcast", 0.82, age_days=300)
+    _save(storage, [used, unused, *_ten_fresh()[:8]])
+    warm = storage.load(user_id=USER)  # cached before the accesses are written
+    other_process = SqlMemoryStorage(sql_url)
+    other_process.record_access(None, user_id=USER, fact_ids=[used["id"]] * 8)
+    assert other_process.flush_access() == 1
+    warm["facts"].append(_fact(3, "user starts a course", 0.9))
+    assert storage.save(warm, user_id=USER)
+    live = _live_ids(storage)
+    assert used["id"] in live and unused["id"] not in live
+
+
+def test_a_hosts_eviction_note_lands_only_on_the_deletion_its_save_made(
+    sql_url: str, isolated_config: MemoryConfig
+) -> None:
+    storage = _storage(sql_url, isolated_config)
+    _save(storage, [_fact(1, "user writes Go", 0.9), _fact(2, "user writes Zig", 0.9)])
+    _save(storage, [_fact(2, "user writes Zig", 0.9)], origin="manual")  # a person deletes fact 1
+    _save(storage, [])  # a host's save drops fact 2
+    details: dict[str, dict[str, Any]] = {
+        "fact_00000001": {"reason": "evicted"},
+        "fact_00000002": {"reason": "evicted", "score": 0.3},
+    }
+    storage.annotate_removals(None, user_id=USER, details=details)
+    assert {fact_id: detail for fact_id, _, detail in _deletions(sql_url)} == {
+        "fact_00000001": None,
+        "fact_00000002": {"reason": "evicted", "score": 0.3},
+    }

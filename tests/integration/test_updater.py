@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -61,6 +61,8 @@ class RecordingStorage(FileMemoryStorage):
         user_id: str | None = None,
         origin: str | None = None,
         captured_at: datetime | None = None,
+        removals: Mapping[str, Mapping[str, Any]] | None = None,
+        confirmed: Collection[str] = (),
     ) -> bool:
         RecordingStorage.saved.append(memory)
         return False if RecordingStorage.refuse_saves else super().save(memory, agent_name, user_id=user_id)

@@ -240,18 +240,33 @@ def test_the_hybrid_cap_evicts_the_stale_unused_fact_and_records_its_score() -> 
         _row(2, "recently confirmed", confidence=0.75, created_at=old, confirmed_at=NOW),
         _row(3, "often used", confidence=0.7, created_at=old, accessed=(NOW, 6)),
     ]
-    document = [decode_fact(row.values) for row in stored]
-    plan = _plan(document, stored, revision=1, current=1, max_facts=2, policy="hybrid")
-    assert _contents(plan) == ["recently confirmed", "often used"]
+    # Only a save that adds facts evicts: this one adds a new fact, one over the cap.
+    document = [*(decode_fact(row.values) for row in stored), _doc_fact(4, "new", 0.95)]
+    plan = _plan(document, stored, revision=1, current=1, max_facts=3, policy="hybrid")
+    assert _contents(plan) == ["recently confirmed", "often used", "new"]
     assert plan.tombstones == ["fact_00000001"]
     detail = plan.removal_detail["fact_00000001"]
-    assert detail["reason"] == "evicted" and detail["policy"] == "hybrid" and detail["max_facts"] == 2
+    assert detail["reason"] == "evicted" and detail["policy"] == "hybrid" and detail["max_facts"] == 3
     assert detail["confidence"] == 0.8 and detail["heat"] == 0.0
     assert detail["score"] < 0.65 * 0.75 + 0.25  # below the confirmed fact's score
     [change] = [change for change in plan.changes if change.action == "delete"]
     assert change.detail == detail
-    confidence_only = _plan(document, stored, revision=1, current=1, max_facts=2)
-    assert _contents(confidence_only) == ["old and forgotten", "recently confirmed"]
+    confidence_only = _plan(document, stored, revision=1, current=1, max_facts=3)
+    assert _contents(confidence_only) == ["old and forgotten", "recently confirmed", "new"]
+    without_adding = _plan(document[:3], stored, revision=1, current=1, max_facts=2, policy="hybrid")
+    assert not without_adding.tombstones and len(_contents(without_adding)) == 3
+
+
+def test_a_revived_fact_is_ranked_afresh_not_by_its_tombstones_signals() -> None:
+    old = NOW - timedelta(days=400)
+    stored = [
+        _row(1, "revived", confidence=0.7, created_at=old, deleted=1, accessed=(NOW, 8)),
+        _row(2, "live", confidence=0.7, created_at=old, added=1),
+    ]
+    document = [decode_fact(stored[1].values), decode_fact(stored[0].values)]
+    plan = _plan(document, stored, revision=2, current=2, max_facts=1, policy="hybrid")
+    # Equal scores without signals: the stored fact ranks first, and the revival is dropped.
+    assert _contents(plan) == ["live"] and not plan.tombstones
 
 
 def test_without_facts_nothing_is_deleted() -> None:

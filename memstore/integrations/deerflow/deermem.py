@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from datetime import datetime
 from typing import Any, cast
 
@@ -237,8 +238,8 @@ class DeerMemStore:
                 "reason": "evicted",
                 "policy": str(getattr(decision, "policy", "")),
                 "max_facts": max_facts,
-                "score": float(evicted.score),
-                **{str(name): float(value) for name, value in dict(evicted.components).items()},
+                "score": _finite(evicted.score),
+                **{str(name): _finite(value) for name, value in dict(evicted.components).items()},
             }
             for evicted in getattr(decision, "evicted", ())
         }
@@ -370,3 +371,12 @@ class DeerMemStore:
         self._apply_summaries(document, summaries)
         if not sql.save(document, None, user_id=user, origin=ORIGIN):
             raise StorageWriteError(f"memstore refused the DeerMem summaries for user {user!r}")
+
+
+def _finite(value: Any) -> float | None:
+    """A number for the audit JSON: NaN and infinities (which JSON cannot hold) become null."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

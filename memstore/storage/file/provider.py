@@ -8,8 +8,10 @@ import logging
 import os
 import tempfile
 import threading
+from collections.abc import Collection, Mapping
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory, utc_now_iso_z
@@ -62,7 +64,11 @@ class FileMemoryStorage(FileOperations):
         user_id: str | None = None,
         origin: str | None = None,
         captured_at: datetime | None = None,
+        removals: Mapping[str, Mapping[str, Any]] | None = None,
+        confirmed: Collection[str] = (),
     ) -> bool:
+        """Write the document atomically; files keep no audit trail or signals (``removals``,
+        ``confirmed`` and ``origin`` are ignored)."""
         scope = resolve_scope(agent_name, user_id)
         path = self.path_for(scope[1], user_id=scope[0])
         if document_too_deep(memory):

@@ -18,7 +18,10 @@ Counts are a best-effort signal (they feed ``memstore.retention``'s heat):
   WARNING and keeps the counts for the next flush;
 - at most ``MAX_PENDING`` facts are held between flushes; past that, new facts are dropped
   with one WARNING until a flush makes room (already-held facts keep counting);
-- a fact deleted before the flush is not updated (tombstones are skipped).
+- a fact deleted before the flush is not updated (tombstones are skipped);
+- an id that cannot be a stored fact id (not a printable string of at most 64 characters) is
+  not counted, so a host's bad id can never poison a batch; a batch the database refuses for a
+  reason other than an outage is dropped with one WARNING rather than retried forever.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from time import monotonic
 from typing import Any
 
 from sqlalchemy import Connection, Engine, Integer, bindparam, case, or_, select, update
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from memstore.document import as_utc
 from memstore.retention import FactSignals
@@ -50,6 +53,8 @@ FLUSH_LOCK_TIMEOUT = "500ms"
 """PostgreSQL ``lock_timeout`` of a flush: under the server's default ``deadlock_timeout`` (1 s), so a
 flush that meets a save on the same facts fails (and retries next interval) before the save could."""
 FLUSH_STATEMENT_TIMEOUT = "10s"
+MAX_FACT_ID_CHARS = 64
+"""``memory_facts.fact_id`` is VARCHAR(64): a longer id cannot name a stored fact."""
 
 _accessed_at = bindparam("b_at", type_=_facts.c.last_accessed_at.type)
 RECORD_ACCESS = (
@@ -118,6 +123,8 @@ class AccessRecorder:
         with self._lock:
             pending = self._pending
             for fact_id in fact_ids:
+                if not _storable(fact_id):
+                    continue
                 entry = pending.get((user_key, agent_key, fact_id))
                 if entry is not None:
                     entry.count += 1
@@ -155,11 +162,18 @@ class AccessRecorder:
             try:
                 with self._engine.connect() as conn:
                     self._write(conn, batch)
-            except SQLAlchemyError as exc:
+            except (OperationalError, InterfaceError) as exc:
                 self._keep(batch)
                 log = logger.debug if self._failing else logger.warning
                 log("could not record fact accesses (kept for the next flush): %s", self._describe(exc))
                 self._failing = True
+                return 0
+            except SQLAlchemyError as exc:
+                logger.warning(
+                    "the database refused %d fact access counts, which are dropped: %s",
+                    len(batch),
+                    self._describe(exc),
+                )
                 return 0
             if self._failing:
                 logger.info("fact accesses recorded again")
@@ -210,18 +224,27 @@ class AccessRecorder:
         threading.Thread(target=self._run, args=(stop,), name="memstore-access", daemon=True).start()
 
     def _run(self, stop: threading.Event) -> None:
-        while True:
-            with self._lock:
-                wait = self._flushed_at + self._interval - monotonic()
-            if stop.wait(max(wait, 0.0)):
-                return
-            self.flush(due_only=True)
-            with self._lock:
-                if self._stop is not stop:
+        try:
+            while True:
+                with self._lock:
+                    wait = self._flushed_at + self._interval - monotonic()
+                if stop.wait(max(wait, 0.0)):
                     return
-                if not self._pending:
+                self.flush(due_only=True)
+                with self._lock:
+                    if self._stop is not stop or not self._pending:
+                        return
+        except Exception:
+            logger.exception("the access flusher failed; the next access starts a new one")
+        finally:
+            with self._lock:
+                if self._stop is stop:
                     self._stop = None
-                    return
+
+
+def _storable(fact_id: object) -> bool:
+    """Whether ``fact_id`` could name a stored fact (and so be bound into the UPDATE safely)."""
+    return isinstance(fact_id, str) and 0 < len(fact_id) <= MAX_FACT_ID_CHARS and fact_id.isprintable()
 
 
 def fact_signals(conn: Connection, scope: Scope) -> dict[str, FactSignals]:

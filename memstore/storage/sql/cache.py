@@ -22,7 +22,6 @@ from typing import Any
 from sqlalchemy import Row
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
-from memstore.retention import FactSignals
 from memstore.storage.sql.codec import (
     EMPTY_SECTION,
     INCARNATION_KEY,
@@ -72,7 +71,6 @@ def entry_from_rows(rows: Sequence[AnyRow]) -> CacheEntry:
     first = rows[0]
     facts: list[tuple[int, str, FactValues]] = []
     sections: dict[str, SectionValues] = {}
-    signals: dict[str, FactSignals] = {}
     for (
         *_,
         kind,
@@ -85,15 +83,10 @@ def entry_from_rows(rows: Sequence[AnyRow]) -> CacheEntry:
         source,
         source_error,
         extra,
-        confirmed,
-        accessed,
-        access_count,
     ) in rows:
         if name is None:
             continue
         if kind == "f":
-            if confirmed is not None or access_count:
-                signals[name] = FactSignals(_raw_timestamp(confirmed), _raw_timestamp(accessed), access_count)
             values = FactValues(
                 fact_id=name,
                 content=text,
@@ -108,9 +101,7 @@ def entry_from_rows(rows: Sequence[AnyRow]) -> CacheEntry:
         else:
             sections[name] = SectionValues(text, _raw_timestamp(stamp), _raw_json(extra))
     facts.sort(key=lambda item: (item[0], item[1]))
-    snapshot = snapshot_of(
-        [item[2] for item in facts], [item[0] for item in facts], sections, signals=signals
-    )
+    snapshot = snapshot_of([item[2] for item in facts], [item[0] for item in facts], sections)
     entry_stamp = stamp_of(first, first.revision)
     document = _document(entry_stamp, first.version, first.scope_updated_at, snapshot)
     return entry_stamp, document, snapshot

@@ -16,8 +16,8 @@ Rules, per fact id:
   and kept; otherwise the caller deleted it and it is tombstoned.
 Sections take the caller's value only when it differs and the row is not newer than ``base``.
 Order: the document's order when ``base == current``, else the stored order with new facts
-appended. Finally the cap (``Cap``) tombstones the facts ``memstore.retention`` ranks lowest,
-recording each one's score in the audit ``detail``.
+appended. Finally, when the save adds facts, the cap (``Cap``) tombstones the facts
+``memstore.retention`` ranks lowest, recording each one's score in the audit ``detail``.
 
 Rows are addressed by fact id (unique per scope), and a revived fact is written like a new one
 (an upsert), so a plan needs no row ids. ``snapshot.plan_from_snapshot`` plans the common save
@@ -152,10 +152,14 @@ class Cap:
     now: datetime
 
     def choose(
-        self, facts: Sequence[FactValues], signals: Sequence[FactSignals]
+        self, facts: Sequence[FactValues], signals: Sequence[FactSignals], *, adding: bool
     ) -> tuple[set[int], dict[int, Score]] | None:
-        """Indexes kept and the evicted ones' scores; ``None`` when nothing is over the cap."""
-        if len(facts) <= self.max_facts:
+        """Indexes kept and the evicted ones' scores; ``None`` when nothing is to go.
+
+        Only a save that adds (or revives) facts evicts: one that edits or removes never costs
+        another fact, even in a scope already over the cap (a host's larger cap, a cap lowered).
+        """
+        if len(facts) <= self.max_facts or not adding:
             return None
         candidates = [
             Candidate(values.fact_id, values.category, values.confidence, values.created_at, signal)
@@ -291,7 +295,12 @@ def _cap(entries: list[_Entry], cap: Cap, plan: MergePlan) -> list[_Entry]:
     """Apply ``cap``: stored facts it evicts are tombstoned with their score."""
     chosen = cap.choose(
         [entry.values for entry in entries],
-        [entry.row.signals if entry.row is not None else NO_SIGNALS for entry in entries],
+        # A revived fact starts afresh (its row's signals are reset when it is written back).
+        [
+            entry.row.signals if entry.row and entry.kind is not _Kind.REVIVE else NO_SIGNALS
+            for entry in entries
+        ],
+        adding=any(entry.kind in (_Kind.INSERT, _Kind.REVIVE) for entry in entries),
     )
     if chosen is None:
         return entries

@@ -223,10 +223,8 @@ class SqlMemoryStorage(MemoryStorage):
     ) -> bool:
         """Merge ``memory`` into the scope (see ``merge.py``); ``origin`` is recorded in the audit trail.
 
-        ``removals`` says why facts missing from ``memory`` went (fact id to a JSON object such as
-        ``{"reason": "stale"}``); the audit row of each one the save tombstones carries it as
-        ``detail``. ``confirmed`` names live facts the update re-stated: their
-        ``last_confirmed_at`` is set in the same transaction, which is no content change.
+        ``removals`` reach the audit rows of the facts the save tombstones as ``detail``;
+        ``confirmed`` facts get ``last_confirmed_at`` in the same transaction (no content change).
 
         With a queue ``lease``, a save that changes anything also completes the leased queue row
         in the same transaction, and raises ``LeaseLostError`` (saving nothing) when another
@@ -368,7 +366,9 @@ class SqlMemoryStorage(MemoryStorage):
                 if clear:
                     conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
                 cap = Cap(self._max_facts, self._retention, now)
-                plan = plan_save(conn, scope_row, incoming, cached, cap)
+                plan = plan_save(
+                    conn, scope_row, incoming, cached, cap, lambda: access.fact_signals(conn, scope)
+                )
                 for fact_id in plan.tombstones:
                     if fact_id not in plan.removal_detail and removals and fact_id in removals:
                         plan.removal_detail[fact_id] = dict(removals[fact_id])

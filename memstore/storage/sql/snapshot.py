@@ -8,7 +8,7 @@ rows, at a cost that follows the size of the change.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, count, repeat
 from operator import attrgetter, is_not, ne
@@ -44,9 +44,6 @@ class Snapshot:
     positions: dict[str, int]
     owners: dict[str, str]  # content key -> id of the live fact that has it
     sections: dict[str, KnownSection]  # the stored section rows
-    # Retention signals of the facts that have any, as last read: they are no content, so
-    # recording an access or a confirmation does not invalidate the snapshot.
-    signals: dict[str, FactSignals]
 
 
 def snapshot_of(
@@ -54,13 +51,8 @@ def snapshot_of(
     positions: list[int],
     sections: dict[str, SectionValues],
     previous: Snapshot | None = None,
-    *,
-    signals: dict[str, FactSignals] | None = None,
 ) -> Snapshot:
-    """The snapshot of these rows; entries whose values ``previous`` already holds are reused, not decoded.
-
-    ``signals`` are the rows' retention signals; without them, ``previous``'s carry over.
-    """
+    """The snapshot of these rows; entries whose values ``previous`` already holds are reused, not decoded."""
     known = previous.facts if previous is not None else {}
     ids = list(map(_ID, facts))
     entries = dict(zip(ids, map(known.get, ids, repeat(_ABSENT)), strict=True))
@@ -83,27 +75,31 @@ def snapshot_of(
         if old_section is None or old_section.values is not section:
             old_section = KnownSection(decode_section(section), section)
         known_sections[name] = old_section
-    if signals is None:
-        kept = previous.signals if previous is not None else {}
-        signals = {fact_id: signal for fact_id, signal in kept.items() if fact_id in entries}
-    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections, signals)
+    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections)
 
 
 def plan_from_snapshot(
-    incoming: IncomingDocument, snapshot: Snapshot, *, current: int, stored_version: str, cap: Cap
+    incoming: IncomingDocument,
+    snapshot: Snapshot,
+    *,
+    current: int,
+    stored_version: str,
+    cap: Cap,
+    read_signals: Callable[[], Mapping[str, FactSignals]],
 ) -> MergePlan | None:
     """``plan_merge``'s plan for a document loaded at ``current`` while the store still holds ``snapshot``.
 
     Unchanged facts cost a lookup each; only changed ones are compared, deduplicated and written.
     None when the document has made-up ids: one could collide with a tombstone the snapshot omits.
-    The cap ranks with the retention signals as the snapshot read them (accesses flushed since
-    then count from the next read).
+    Retention signals are no content (an access changes no revision), so the snapshot holds none:
+    a save over the cap reads the live ones (``read_signals``, one small query) to rank as the
+    full merge does.
     """
     plan = MergePlan(revision=current + 1)
     if incoming.facts is None:
         plan.facts = [entry.fact.values for entry in snapshot.facts.values()]
         plan.positions = list(snapshot.positions.values())
-    elif not _facts_from_snapshot(incoming.facts, snapshot, cap, plan):
+    elif not _facts_from_snapshot(incoming.facts, snapshot, cap, read_signals, plan):
         return None
     stored = {name: StoredSection(known.values, current) for name, known in snapshot.sections.items()}
     merge_sections(incoming, stored, current, plan)
@@ -112,7 +108,13 @@ def plan_from_snapshot(
     return plan
 
 
-def _facts_from_snapshot(facts: list[IncomingFact], snapshot: Snapshot, cap: Cap, plan: MergePlan) -> bool:
+def _facts_from_snapshot(
+    facts: list[IncomingFact],
+    snapshot: Snapshot,
+    cap: Cap,
+    read_signals: Callable[[], Mapping[str, FactSignals]],
+    plan: MergePlan,
+) -> bool:
     """The fact writes of ``plan_merge`` with ``base == current``, computed from the diff.
 
     It applies merge's rule functions (``claim_content_keys``, ``Cap``) to the changed
@@ -161,8 +163,16 @@ def _facts_from_snapshot(facts: list[IncomingFact], snapshot: Snapshot, cap: Cap
     if dropped:
         order = [index for index in order if index not in dropped]
         final = [final[index] for index in order]
-    signals = snapshot.signals
-    chosen_at_cap = cap.choose(final, [signals.get(values.fact_id, NO_SIGNALS) for values in final])
+    chosen_at_cap = None
+    adding = any(stored[index] is _ABSENT for index in order)
+    if len(final) > cap.max_facts and adding:
+        # A new fact has no signals yet, even where its id is a tombstone's (a revival).
+        live = read_signals() if cap.policy.policy != "confidence" else {}
+        signals = [
+            live.get(values.fact_id, NO_SIGNALS) if stored[index] is not _ABSENT else NO_SIGNALS
+            for index, values in zip(order, final, strict=True)
+        ]
+        chosen_at_cap = cap.choose(final, signals, adding=adding)
     if chosen_at_cap is not None:
         keep, evicted = chosen_at_cap
         for rank, index in enumerate(order):

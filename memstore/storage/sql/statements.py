@@ -81,9 +81,6 @@ LOAD_QUERY = union_all(
         _facts.c.source,
         _facts.c.source_error,
         type_coerce(_facts.c.extra, _RAW).label("extra"),
-        type_coerce(_facts.c.last_confirmed_at, _RAW).label("confirmed"),
-        type_coerce(_facts.c.last_accessed_at, _RAW).label("accessed"),
-        _facts.c.access_count,
     )
     .select_from(
         _scopes.outerjoin(
@@ -103,9 +100,6 @@ LOAD_QUERY = union_all(
         null(),
         null(),
         type_coerce(_sections.c.extra, _RAW),
-        null(),
-        null(),
-        null(),
     )
     .select_from(_scopes.join(_sections, _sections.c.scope_id == _scopes.c.id))
     .where(_SCOPE_MATCH),
@@ -233,11 +227,13 @@ INSERT_HISTORY = insert(_history).values(
     after=bindparam("b_after", type_=_NULLABLE_JSON),
     detail=bindparam("b_detail", type_=_NULLABLE_JSON),
 )
-# A host that evicts itself (DeerMem) reports why after its save: the fact's latest deletion learns it.
+# A host that evicts itself (DeerMem) reports why after its save: the deletion that save made (at
+# the scope's current revision) learns it; an older deletion (a person's) never does.
 _LATEST_DELETION = (
     select(func.max(_history.c.id))
     .where(
         _history.c.scope_id == SCOPE_ID,
+        _history.c.revision == select(_scopes.c.revision).where(_SCOPE_MATCH).scalar_subquery(),
         _history.c.entity == "fact",
         _history.c.entity_id == bindparam("b_fact_id"),
         _history.c.action == "delete",

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -71,7 +71,12 @@ def late_write(
 
 
 def plan_save(
-    conn: Connection, scope_row: AnyRow, incoming: IncomingDocument, cached: CacheEntry | None, cap: Cap
+    conn: Connection,
+    scope_row: AnyRow,
+    incoming: IncomingDocument,
+    cached: CacheEntry | None,
+    cap: Cap,
+    read_signals: Callable[[], Mapping[str, FactSignals]],
 ) -> MergePlan:
     """Plan against the cached snapshot if store and caller are both at its revision, else the rows."""
     current = scope_row.revision
@@ -82,6 +87,7 @@ def plan_save(
             current=current,
             stored_version=scope_row.version,
             cap=cap,
+            read_signals=read_signals,
         )
         if plan is not None:
             return plan
