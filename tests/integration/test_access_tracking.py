@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from langchain.agents import create_agent
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
@@ -34,6 +33,7 @@ from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import access as access_module
 from memstore.storage.sql.engine import get_engine
 from tests.support.fake_chat import RecordingChatModel
+from tests.support.statements import sent_statements
 
 
 def _fact(index: int, content: str | None = None, confidence: float = 0.8) -> dict[str, Any]:
@@ -51,21 +51,6 @@ def _doc(*facts: dict[str, Any]) -> dict[str, Any]:
     doc = create_empty_memory()
     doc["facts"] = list(facts)
     return doc
-
-
-@contextmanager
-def _statements(engine: Engine) -> Iterator[list[tuple[str, int]]]:
-    """Every statement sent to the driver, with its number of parameter sets (executemany)."""
-    seen: list[tuple[str, int]] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
-        seen.append((" ".join(statement.split()), len(parameters) if many else 1))
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def _fact_writes(statements: list[tuple[str, int]]) -> int:
@@ -134,13 +119,13 @@ def test_a_flush_writes_counts_without_touching_revision_history_or_cache(sql_ur
     engine = get_engine(sql_url)
     before = _scope_state(engine, "alice")
 
-    with _statements(engine) as seen:
+    with sent_statements(engine) as seen:
         storage.record_access(None, user_id="alice", fact_ids=["fact_00000001", "fact_00000002"])
         storage.record_access(None, user_id="alice", fact_ids=["fact_00000001"])
     assert seen == []  # recording is memory only
     assert _counts(engine, "alice") == dict.fromkeys(("fact_00000001", "fact_00000002", "fact_00000003"), 0)
 
-    with _statements(engine) as seen:
+    with sent_statements(engine) as seen:
         assert storage.flush_access() == 2
     assert [s for s in _writes(seen) if not s.startswith("UPDATE memory_facts")] == []
     signals = storage.fact_signals(user_id="alice")
@@ -154,7 +139,7 @@ def test_a_flush_writes_counts_without_touching_revision_history_or_cache(sql_ur
     assert signals["fact_00000003"].last_accessed_at is None
     assert _scope_state(engine, "alice") == before  # no revision bump, no audit row
 
-    with _statements(engine) as seen:
+    with sent_statements(engine) as seen:
         doc = storage.load(user_id="alice")
     assert doc["revision"] == revision
     # Served from the cache: one stamp query, no read of the fact rows.
@@ -220,7 +205,7 @@ def test_at_most_one_write_per_fact_per_interval(clock: list[float], configured:
 
     def busy_interval(rounds: int) -> list[tuple[str, int]]:
         """Many injections and searches, with the flusher's due-only check after each."""
-        with _statements(engine) as seen:
+        with sent_statements(engine) as seen:
             for _ in range(rounds):
                 assert "remembered item 001" in middleware.memory_context(user_id="alice")
                 assert len(search_memory_facts("remembered", limit=10, user_id="alice")) == 5
@@ -233,7 +218,7 @@ def test_at_most_one_write_per_fact_per_interval(clock: list[float], configured:
     assert _writes(busy_interval(5)) == []
 
     clock[0] += 1.0
-    with _statements(engine) as seen:
+    with sent_statements(engine) as seen:
         assert storage.flush_access(due_only=True) == 5
     assert _fact_writes(seen) == 5  # one parameter set per fact, in one statement
     assert len([s for s in _writes(seen) if s.startswith("UPDATE memory_facts")]) == 1
@@ -242,7 +227,7 @@ def test_at_most_one_write_per_fact_per_interval(clock: list[float], configured:
     seen = busy_interval(3)
     assert _writes(seen) == []  # a new interval started with that flush
     clock[0] += 300.0
-    with _statements(engine) as seen:
+    with sent_statements(engine) as seen:
         assert storage.flush_access(due_only=True) == 5
     assert _fact_writes(seen) == 5
     assert set(_counts(engine, "alice").values()) == {56}

@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import IntegrityError
 
 from memstore.config import MemoryConfig
@@ -20,6 +18,7 @@ from memstore.errors import StaleDocumentError, StorageUnavailableError
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import provider as storage_module
 from memstore.storage.sql.engine import get_engine
+from tests.support.statements import sent_statements
 
 
 def _fact(index: int, content: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -43,21 +42,6 @@ def _doc(*facts: dict[str, Any]) -> dict[str, Any]:
 
 def _contents(doc: dict[str, Any]) -> list[str]:
     return [fact["content"] for fact in doc["facts"]]
-
-
-@contextmanager
-def _statements(engine: Engine) -> Iterator[list[tuple[str, int]]]:
-    """Every statement sent to the driver, with the number of parameter sets it carried."""
-    seen: list[tuple[str, int]] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
-        seen.append((" ".join(statement.split()), len(parameters) if many else 1))
-
-    event.listen(engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
 
 
 def _sql(statements: list[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -127,7 +111,7 @@ def test_adding_one_fact_to_a_large_scope_writes_one_fact_row(sql_url: str) -> N
     assert storage.save(_doc(*(_fact(i) for i in range(100))), user_id="alice")
     doc = storage.load(user_id="alice")
     doc["facts"].append(_fact(1000, "one more"))
-    with _statements(get_engine(sql_url)) as seen:
+    with sent_statements(get_engine(sql_url)) as seen:
         assert storage.save(doc, user_id="alice", origin="test")
     writes = [(s.split(" (")[0].split(" SET")[0], n) for s, n in _sql(seen) if not s.startswith("SELECT")]
     assert writes == [
@@ -149,7 +133,7 @@ def test_deleting_and_editing_touch_only_those_rows(sql_url: str) -> None:
     doc = storage.load(user_id="alice")
     del doc["facts"][0]  # deleting the first fact must not renumber the others
     doc["facts"][10]["confidence"] = 0.95
-    with _statements(get_engine(sql_url)) as seen:
+    with sent_statements(get_engine(sql_url)) as seen:
         assert storage.save(doc, user_id="alice")
     writes = [(s.split(" (")[0].split(" SET")[0], n) for s, n in _sql(seen) if not s.startswith("SELECT")]
     # One tombstone, one edited row, two audit rows, the scope; no position rewrites.
@@ -166,7 +150,7 @@ def test_a_save_that_changes_nothing_writes_nothing(sql_url: str) -> None:
     storage = SqlMemoryStorage(sql_url)
     assert storage.save(_doc(_fact(1)), user_id="alice")
     doc = storage.load(user_id="alice")
-    with _statements(get_engine(sql_url)) as seen:
+    with sent_statements(get_engine(sql_url)) as seen:
         assert storage.save(doc, user_id="alice")
         assert storage.save(_doc(), user_id="empty-user")
     assert all(s.startswith("SELECT") or "memory_scopes" in s for s, _ in _sql(seen))
@@ -185,7 +169,7 @@ def test_a_cached_load_costs_one_query_on_the_scope_row(sql_url: str) -> None:
     storage = SqlMemoryStorage(sql_url)
     assert storage.save(_doc(*(_fact(i) for i in range(200))), user_id="alice")
     storage.load(user_id="alice")
-    with _statements(get_engine(sql_url)) as seen:
+    with sent_statements(get_engine(sql_url)) as seen:
         doc = storage.load(user_id="alice")
     assert len(doc["facts"]) == 200
     queries = _sql(seen)
@@ -196,7 +180,7 @@ def test_a_cached_load_costs_one_query_on_the_scope_row(sql_url: str) -> None:
 def test_a_cold_load_is_one_statement(sql_url: str) -> None:
     assert SqlMemoryStorage(sql_url).save(_doc(_fact(1), _fact(2)), user_id="alice")
     fresh = SqlMemoryStorage(sql_url)
-    with _statements(get_engine(sql_url)) as seen:
+    with sent_statements(get_engine(sql_url)) as seen:
         assert len(fresh.load(user_id="alice")["facts"]) == 2
     assert len(_sql(seen)) == 1
 

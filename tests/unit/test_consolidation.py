@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pytest
 
 from memstore.config import MemoryConfig
-from memstore.document import MemoryDocument, create_empty_memory, format_timestamp, parse_timestamp
+from memstore.document import MemoryDocument, create_empty_memory, parse_timestamp
 from memstore.update.apply import AppliedUpdate, apply_updates
 from memstore.update.consolidation import (
     build_consolidation_section,
@@ -17,24 +17,16 @@ from memstore.update.consolidation import (
 )
 from memstore.update.parser import Consolidation, MemoryUpdate, StaleRemoval, normalise_update
 from memstore.update.prompt import build_update_prompt
+from tests.support.dated_facts import dated_fact
 
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 ON = MemoryConfig(consolidation_enabled=True)
 
 
-def fact(fact_id: str | None, category: str = "knowledge", confidence: Any = 0.8, *, days: int = 10,
-         content: str | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
-    made: dict[str, Any] = {
-        "content": content or f"fact {fact_id}",
-        "category": category,
-        "confidence": confidence,
-        "createdAt": format_timestamp(NOW - timedelta(days=days)),
-        "source": "t",
-        **extra,
-    }
-    if fact_id is not None:
-        made["id"] = fact_id
-    return made
+def fact(
+    fact_id: str | None, category: str = "knowledge", confidence: Any = 0.8, *, days: int = 10, **extra: Any
+) -> dict[str, Any]:
+    return dated_fact(fact_id, now=NOW, days=days, category=category, confidence=confidence, **extra)
 
 
 def group(prefix: str, count: int, category: str = "knowledge", **kwargs: Any) -> list[dict[str, Any]]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pytest
 
 from memstore.config import MemoryConfig
-from memstore.document import MemoryDocument, create_empty_memory, format_timestamp, parse_timestamp
+from memstore.document import MemoryDocument, create_empty_memory, parse_timestamp
 from memstore.update.apply import apply_updates
 from memstore.update.parser import MemoryUpdate, StaleRemoval, normalise_update
 from memstore.update.prompt import build_update_prompt
@@ -18,23 +18,14 @@ from memstore.update.staleness import (
     select_stale_candidates,
     staleness_section,
 )
+from tests.support.dated_facts import dated_fact
 
 NOW = datetime(2026, 7, 1, 12, 0, tzinfo=UTC)
 CONFIG = MemoryConfig()
 
 
-def aged(fact_id: str | None, days: int, *, category: str = "knowledge", confidence: Any = 0.8,
-         content: str | None = None) -> dict[str, Any]:  # fmt: skip
-    fact: dict[str, Any] = {
-        "content": content or f"fact {fact_id}",
-        "category": category,
-        "confidence": confidence,
-        "createdAt": format_timestamp(NOW - timedelta(days=days)),
-        "source": "t",
-    }
-    if fact_id is not None:
-        fact["id"] = fact_id
-    return fact
+def aged(fact_id: str | None, days: int, **details: Any) -> dict[str, Any]:
+    return dated_fact(fact_id, now=NOW, days=days, **details)
 
 
 def memory_with(*facts: dict[str, Any]) -> MemoryDocument:
