@@ -52,3 +52,12 @@ def quoted_inline_text(value: object) -> str:
     the fact read as prompt structure.
     """
     return html.escape(single_line(str(value)), quote=True)
+
+
+_FIELD_MARKS = str.maketrans({"|": "&#124;", "[": "&#91;", "]": "&#93;"})
+
+
+def field_text(value: object) -> str:
+    """``quoted_inline_text`` for a field of a ``[id | category | ...]`` line: the separators are
+    escaped too, so an id or category cannot end its field and pose as another one."""
+    return quoted_inline_text(value).translate(_FIELD_MARKS)

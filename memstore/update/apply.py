@@ -16,8 +16,7 @@ values in range, so 1.5 is stored as 1.0 and -0.2 as 0.0 (and is then below thre
 from __future__ import annotations
 
 import copy
-import re
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -36,21 +35,7 @@ from memstore.retention import NO_SIGNALS, FactSignals, RetentionPolicy, candida
 from memstore.update.consolidation import apply_consolidations
 from memstore.update.parser import MemoryUpdate
 from memstore.update.staleness import stale_ids_to_remove
-
-# Upload mentions, as in the reference's sentence pattern (IGNORECASE)
-#   [^.!?]*\b(?:MENTION)[^.!?]*[.!?]?\s*
-# which removes each sentence holding a mention, with its end mark and the spaces after it. Its
-# quirks are kept so results match: neighbouring sentences get glued, a "." inside a path ends
-# the sentence. Run as one regex it retried every start position of a long sentence (quadratic:
-# a 32,000-character fact took 21 s), so `_upload_sentences` finds the same spans in one pass.
-_UPLOAD_MENTION = re.compile(
-    r"\b(?:upload(?:ed|ing)?(?:\s+\w+){0,3}\s+(?:file|files?|document|documents?|attachment|attachments?)"
-    r"|file\s+upload|/mnt/user-data/uploads/|<uploaded_files>)",
-    re.IGNORECASE,
-)
-_SENTENCE_END = re.compile(r"[.!?]")
-_SPACES = re.compile(r"\s*")
-_MULTI_SPACE = re.compile(r"  +")
+from memstore.update.uploads import strip_upload_mentions
 
 
 def _require_shape(memory: MemoryDocument) -> None:
@@ -157,65 +142,6 @@ def evict_to_cap(
         if isinstance(facts[index].get("id"), str)
     }
     return [facts[index] for index in kept], removals
-
-
-def _upload_sentences(text: str) -> Iterator[tuple[int, int]]:
-    """The ``(start, end)`` spans the reference's sentence pattern would remove, left to right.
-
-    A match of that pattern starts where the search resumes, if a mention lies between there and
-    the next end mark (a mention never contains one), and ends after that mark and the spaces
-    following it. Without a mention, no start before the mark can match, so the scan moves past
-    it. Each character is read a bounded number of times.
-    """
-    position = 0
-    while position < len(text):
-        mark = _SENTENCE_END.search(text, position)
-        sentence_end = mark.start() if mark is not None else len(text)
-        if _UPLOAD_MENTION.search(text, position, sentence_end) is None:
-            position = sentence_end + 1
-            continue
-        end = _SPACES.match(text, min(sentence_end + 1, len(text)))
-        assert end is not None  # \s* matches everywhere
-        yield position, end.end()
-        position = end.end()
-
-
-def _without_upload_sentences(text: str) -> str:
-    pieces: list[str] = []
-    kept_from = 0
-    for start, end in _upload_sentences(text):
-        pieces.append(text[kept_from:start])
-        kept_from = end
-    pieces.append(text[kept_from:])
-    return "".join(pieces)
-
-
-def strip_upload_mentions(memory: MemoryDocument) -> MemoryDocument:
-    """Remove upload sentences from every summary and drop facts that mention uploads (in place).
-
-    Uploaded files do not outlive their thread, so remembering them sends later sessions
-    looking for files that are gone. Non-string summaries and contents are left alone.
-    """
-    for group in SECTION_GROUPS:
-        sections = memory.get(group)
-        if not isinstance(sections, dict):
-            continue
-        for section in sections.values():
-            if isinstance(section, dict) and isinstance(section.get("summary"), str):
-                scrubbed = _without_upload_sentences(section["summary"]).strip()
-                section["summary"] = _MULTI_SPACE.sub(" ", scrubbed)
-    facts = memory.get("facts")
-    if isinstance(facts, list) and facts:
-        memory["facts"] = [
-            fact
-            for fact in facts
-            if not (
-                isinstance(fact, dict)
-                and isinstance(fact.get("content"), str)
-                and _UPLOAD_MENTION.search(fact["content"])
-            )
-        ]
-    return memory
 
 
 @dataclass(frozen=True, slots=True)

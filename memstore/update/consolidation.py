@@ -17,8 +17,12 @@ are appended at the end.
 
 Beyond the reference: a merge whose content is (by ``fact_content_key``) another live fact's,
 or an earlier merge's, is skipped, because a store keeps one fact per content key and would
-otherwise drop the merge after removing its sources; the joined ``sourceError`` is cut at
-``MAX_FACT_CHARS``, the cap every other fact text has.
+otherwise drop the merge after removing its sources; so is a merge that mentions an upload (the
+upload scrub would drop it after its sources went) and one into a protected category none of its
+sources has (a merge cannot promote facts into reserved, never-expiring slots); the joined
+``sourceError`` is cut at ``MAX_FACT_CHARS``, the cap every other fact text has. The store gives a
+merged fact its sources' retention signals (``SqlMemoryStorage.save``), so it ranks and decays
+as they did. Ids and categories in a line are escaped as fields (``field_text``).
 
 Every string in the section is escaped with quotes and kept on one line (see ``staleness.py``).
 """
@@ -42,8 +46,9 @@ from memstore.document import (
     new_fact_id,
     parse_timestamp,
 )
-from memstore.inject.escaping import quoted_inline_text
+from memstore.inject.escaping import field_text, quoted_inline_text
 from memstore.update.parser import Consolidation
+from memstore.update.uploads import mentions_upload
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +90,7 @@ def select_consolidation_candidates(memory: MemoryDocument, config: MemoryConfig
 def _group_block(category: str, facts: Sequence[Fact], max_sources: int) -> str:
     shown = facts[:max_sources]
     lines = "\n".join(
-        f"- [{quoted_inline_text(fact.get('id', '?'))} | {coerce_confidence(fact.get('confidence')):.2f}] "
+        f"- [{field_text(fact.get('id', '?'))} | {coerce_confidence(fact.get('confidence')):.2f}] "
         f'"{quoted_inline_text(fact.get("content", ""))}"'
         for fact in shown
     )
@@ -178,11 +183,16 @@ def apply_consolidations(
         consolidated = request["consolidated"]
         content = consolidated["content"].strip() if isinstance(consolidated.get("content"), str) else ""
         key = fact_content_key(content)
-        if not key or key in merged_keys:
+        if not key or key in merged_keys or mentions_upload(content):
             continue
         if any(holder not in wanted and holder not in consumed for holder in holders.get(key, ())):
             continue
         sources = [index[sid] for sid in source_ids]
+        category = consolidated.get("category") or DEFAULT_CATEGORY
+        if category in config.staleness_protected_categories and not any(
+            source.get("category") == category for source in sources
+        ):
+            continue
         confidence = _merge_confidence(consolidated.get("confidence"), sources)
         if confidence < config.fact_confidence_threshold:
             continue
@@ -192,7 +202,7 @@ def apply_consolidations(
         fact: Fact = {
             "id": fact_id,
             "content": content,
-            "category": consolidated.get("category") or DEFAULT_CATEGORY,
+            "category": category,
             "confidence": confidence,
             "createdAt": format_timestamp(created),
             "consolidatedAt": stamp,

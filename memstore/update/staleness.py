@@ -24,7 +24,7 @@ from typing import Any
 
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument, coerce_confidence, parse_timestamp
-from memstore.inject.escaping import quoted_inline_text
+from memstore.inject.escaping import field_text, quoted_inline_text
 from memstore.update.parser import StaleRemoval
 
 logger = logging.getLogger(__name__)
@@ -33,8 +33,8 @@ Fact = dict[str, Any]
 
 STALENESS_SECTION = """\
 ## Staleness Review
-The facts below were created more than {age_days} days ago and nothing has refreshed them \
-since. For each one decide KEEP or REMOVE. REMOVE a fact only when it is clearly outdated \
+The facts below were created more than {age_days} days ago. For each one decide KEEP or \
+REMOVE. REMOVE a fact only when it is clearly outdated \
 or no longer useful (a finished project, a past plan, a fact later conversations replaced), \
 and list it in "staleFactsToRemove" as {{"id": "fact_id", "reason": "why it is outdated"}}. \
 Be conservative: when unsure, KEEP. Lasting preferences and background stay relevant however \
@@ -69,10 +69,10 @@ def _candidate_line(fact: Fact) -> str:
     created = fact.get("createdAt")
     day = created[:10] if isinstance(created, str) and len(created) >= 10 else created
     fields = (
-        quoted_inline_text(fact.get("id", "?")),
-        quoted_inline_text(category),
+        field_text(fact.get("id", "?")),
+        field_text(category),
         f"{coerce_confidence(fact.get('confidence')):.2f}",
-        quoted_inline_text(day),
+        field_text(day),
     )
     return f'- [{" | ".join(fields)}] "{quoted_inline_text(fact.get("content", ""))}"'
 

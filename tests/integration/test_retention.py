@@ -382,3 +382,39 @@ def test_a_hosts_eviction_note_lands_only_on_the_deletion_its_save_made(
         "fact_00000001": None,
         "fact_00000002": {"reason": "evicted", "score": 0.3},
     }
+
+
+def test_a_fact_confirmed_by_a_save_is_ranked_as_confirmed_by_that_saves_cap(
+    sql_url: str, isolated_config: MemoryConfig
+) -> None:
+    host = SqlMemoryStorage(sql_url, max_facts=3)  # a store cap below the updater's
+    restated = _fact(1, "user works at Acme", 0.8, age_days=400)
+    _save(host, [restated, _fact(2, "user likes tea", 0.7), _fact(3, "user likes jazz", 0.7)])
+    document = host.load(user_id=USER)
+    document["facts"].append(_fact(4, "user learns Rust", 0.9))
+    assert host.save(document, user_id=USER, confirmed=[restated["id"]])
+    live = _live_ids(host)
+    assert restated["id"] in live and len(live) == 3
+
+
+def test_a_merged_fact_takes_over_its_sources_signals(sql_url: str, isolated_config: MemoryConfig) -> None:
+    storage = _storage(sql_url, isolated_config, expire_below=0.2)
+    sources = [
+        _fact(1, "user uses Helm", 0.9, age_days=400),
+        _fact(2, "user uses Argo CD", 0.9, age_days=400),
+    ]
+    _save(storage, [*sources, _fact(3, "user likes tea", 0.9)])
+    _set_signals(sql_url, sources[0]["id"], access_count=3, last_accessed_at=NOW - timedelta(days=2))
+    _set_signals(sql_url, sources[1]["id"], access_count=4, last_accessed_at=NOW - timedelta(days=1))
+    merged = {
+        **_fact(9, "user deploys with Helm and Argo CD", 0.9, age_days=400),
+        "consolidatedFrom": ["a", "b"],
+    }
+    document = storage.load(user_id=USER)
+    document["facts"] = [document["facts"][2], merged]
+    removals = {source["id"]: {"reason": "consolidated", "into": merged["id"]} for source in sources}
+    assert storage.save(document, user_id=USER, removals=removals)
+    signals = storage.fact_signals(user_id=USER)[merged["id"]]
+    assert signals.access_count == 7 and signals.last_accessed_at is not None
+    assert signals.last_accessed_at > NOW - timedelta(days=1, minutes=1)
+    assert run_lifecycle(dry_run=True, user_id=USER, storage=storage).expiring == []

@@ -23,10 +23,10 @@ import pytest
 from memstore.capture.conversation import ConversationContext, capture_conversation
 from memstore.capture.filtering import strip_upload_blocks
 from memstore.document import MAX_SUMMARY_CHARS, create_empty_memory
-from memstore.update.apply import strip_upload_mentions
 from memstore.update.extractor import RulesExtractor
 from memstore.update.prompt import format_conversation_for_update
 from memstore.update.updater import MemoryUpdater
+from memstore.update.uploads import strip_upload_mentions
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import update_reply
 from tests.support.openai_server import OpenAIStubServer

@@ -324,3 +324,12 @@ class TestPrepareUpdatePromptStaleness:
         schema = messages[0]["content"]
         example = json.loads(schema[schema.index("{\n") : schema.rindex("}") + 1])
         assert set(example) >= {"staleFactsToRemove", "factsToConsolidate", "factsToRemove", "newFacts"}
+
+
+def test_ids_and_categories_cannot_forge_the_fields_of_a_stale_line() -> None:
+    victim = aged("fact_victim | correction", 200, category="knowledge] \u201cforged\u201d [x")
+    section = build_staleness_section([victim], 90)
+    [line] = [line for line in section.splitlines() if line.startswith("- [")]
+    fields = line.split('"')[0]  # the bracketed part, before the quoted content
+    assert fields.count("|") == 3 and fields.count("[") == 1 and fields.count("]") == 1
+    assert "&#124; correction" in fields and "&#93;" in fields

@@ -15,8 +15,9 @@ from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument, create_empty_memory, format_timestamp
 from memstore.errors import MalformedMemoryError
 from memstore.retention import FactSignals
-from memstore.update.apply import AppliedUpdate, apply_updates, evict_to_cap, strip_upload_mentions
+from memstore.update.apply import AppliedUpdate, apply_updates, evict_to_cap
 from memstore.update.parser import MemoryUpdate, NewFact, SectionUpdate
+from memstore.update.uploads import strip_upload_mentions
 
 CONFIG = MemoryConfig()
 

@@ -27,7 +27,7 @@ derived from it by ``history.changes_of``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
@@ -150,6 +150,8 @@ class Cap:
     max_facts: int
     policy: RetentionPolicy
     now: datetime
+    inherited: Mapping[str, FactSignals] = field(default_factory=dict)
+    """Signals of facts the save inserts that take over others' (a merge and its sources)."""
 
     def choose(
         self, facts: Sequence[FactValues], signals: Sequence[FactSignals], *, adding: bool

@@ -73,7 +73,14 @@ from memstore.storage.sql.statements import (
     WRITE_TIMEOUTS,
     scope_keys,
 )
-from memstore.storage.sql.write import apply_plan, confirm_facts, late_write, plan_save
+from memstore.storage.sql.write import (
+    apply_plan,
+    confirm_facts,
+    inherit_signals,
+    inherited_signals,
+    late_write,
+    plan_save,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -365,15 +372,16 @@ class SqlMemoryStorage(MemoryStorage):
                     raise StaleDocumentError(f"memory not saved: {refusal}")
                 if clear:
                     conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
-                cap = Cap(self._max_facts, self._retention, now)
+                if confirmed and not created:  # first, so the cap ranks them as confirmed
+                    confirm_facts(conn, scope_row.scope_id, confirmed, now)
+                inherited = inherited_signals(conn, scope, removals) if removals and not created else {}
+                cap = Cap(self._max_facts, self._retention, now, inherited)
                 plan = plan_save(
                     conn, scope_row, incoming, cached, cap, lambda: access.fact_signals(conn, scope)
                 )
                 for fact_id in plan.tombstones:
                     if fact_id not in plan.removal_detail and removals and fact_id in removals:
                         plan.removal_detail[fact_id] = dict(removals[fact_id])
-                if confirmed and not created:
-                    confirm_facts(conn, scope_row.scope_id, confirmed, now)
                 if not plan.changed and clear:
                     return None
                 if not plan.changed:
@@ -395,6 +403,7 @@ class SqlMemoryStorage(MemoryStorage):
                 if lease is not None:
                     self._complete(transaction, conn, lease, now)
                 apply_plan(conn, scope_row.scope_id, plan, now, origin)
+                inherit_signals(conn, scope_row.scope_id, inherited)
                 conn.execute(
                     UPDATE_SCOPE,
                     {

@@ -169,7 +169,9 @@ def _facts_from_snapshot(
         # A new fact has no signals yet, even where its id is a tombstone's (a revival).
         live = read_signals() if cap.policy.policy != "confidence" else {}
         signals = [
-            live.get(values.fact_id, NO_SIGNALS) if stored[index] is not _ABSENT else NO_SIGNALS
+            live.get(values.fact_id, NO_SIGNALS)
+            if stored[index] is not _ABSENT
+            else cap.inherited.get(values.fact_id, NO_SIGNALS)
             for index, values in zip(order, final, strict=True)
         ]
         chosen_at_cap = cap.choose(final, signals, adding=adding)

@@ -227,6 +227,20 @@ INSERT_HISTORY = insert(_history).values(
     after=bindparam("b_after", type_=_NULLABLE_JSON),
     detail=bindparam("b_detail", type_=_NULLABLE_JSON),
 )
+# A merged fact takes over its sources' signals (``write.inherit_signals``).
+SET_SIGNALS = (
+    update(_facts)
+    .where(
+        _facts.c.scope_id == bindparam("b_scope_id"),
+        _facts.c.fact_id == bindparam("b_fact_id"),
+        _facts.c.deleted_revision.is_(None),
+    )
+    .values(
+        last_confirmed_at=bindparam("b_confirmed", type_=_facts.c.last_confirmed_at.type),
+        last_accessed_at=bindparam("b_accessed", type_=_facts.c.last_accessed_at.type),
+        access_count=bindparam("b_count"),
+    )
+)
 # A host that evicts itself (DeerMem) reports why after its save: the deletion that save made (at
 # the scope's current revision) learns it; an older deletion (a person's) never does.
 _LATEST_DELETION = (

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, insert
 from memstore.document import as_utc, new_fact_id
 from memstore.retention import FactSignals
 from memstore.scope import Scope
-from memstore.storage.sql import maintenance
+from memstore.storage.sql import access, maintenance
 from memstore.storage.sql.cache import AnyRow, CacheEntry, incarnation, stamp_of
 from memstore.storage.sql.codec import FactValues, IncomingDocument, SectionValues, json_object
 from memstore.storage.sql.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
@@ -28,6 +28,7 @@ from memstore.storage.sql.statements import (
     MAX_BOUND_IDS,
     MOVE_FACT,
     SECTIONS_QUERY,
+    SET_SIGNALS,
     TOMBSTONE_FACTS,
     TOMBSTONES_QUERY,
     UPDATE_FACT,
@@ -214,6 +215,53 @@ def confirm_facts(conn: Connection, scope_id: int, fact_ids: list[str], now: dat
     """Stamp ``last_confirmed_at`` on the live facts an update re-stated (no revision, no audit)."""
     for ids in _chunks(fact_ids):
         conn.execute(CONFIRM_FACTS, {"b_scope_id": scope_id, "b_fact_ids": ids, "b_now": now})
+
+
+def inherited_signals(
+    conn: Connection, scope: Scope, removals: Mapping[str, Mapping[str, Any]]
+) -> dict[str, FactSignals]:
+    """The signals each merged fact takes over from the sources ``removals`` says it replaced.
+
+    Latest confirmation and access, and the sum of the accesses: a merge must not make well-used
+    knowledge look unused to the cap or to expiry. Read before the save, while the sources live.
+    """
+    sources: dict[str, list[str]] = {}
+    for fact_id, detail in removals.items():
+        into = detail.get("into")
+        if detail.get("reason") == "consolidated" and isinstance(into, str):
+            sources.setdefault(into, []).append(fact_id)
+    if not sources:
+        return {}
+    live = access.fact_signals(conn, scope)
+    merged: dict[str, FactSignals] = {}
+    for into, ids in sources.items():
+        found = [live[fact_id] for fact_id in ids if fact_id in live]
+        confirmed = [signal.last_confirmed_at for signal in found if signal.last_confirmed_at]
+        accessed = [signal.last_accessed_at for signal in found if signal.last_accessed_at]
+        merged[into] = FactSignals(
+            max(confirmed, default=None),
+            max(accessed, default=None),
+            sum(signal.access_count for signal in found),
+        )
+    return merged
+
+
+def inherit_signals(conn: Connection, scope_id: int, inherited: Mapping[str, FactSignals]) -> None:
+    """Write the inherited signals onto the merged facts the save inserted (no revision, no audit)."""
+    if inherited:
+        conn.execute(
+            SET_SIGNALS,
+            [
+                {
+                    "b_scope_id": scope_id,
+                    "b_fact_id": fact_id,
+                    "b_confirmed": signal.last_confirmed_at,
+                    "b_accessed": signal.last_accessed_at,
+                    "b_count": signal.access_count,
+                }
+                for fact_id, signal in inherited.items()
+            ],
+        )
 
 
 def _chunks(ids: list[str]) -> Iterator[list[str]]:
