@@ -164,7 +164,7 @@ def _facts_from_snapshot(
         order = [index for index in order if index not in dropped]
         final = [final[index] for index in order]
     chosen_at_cap = None
-    adding = any(stored[index] is _ABSENT for index in order)
+    adding = any(index not in dropped for index in added)  # the cost of the change, not of the scope
     if len(final) > cap.max_facts and adding:
         # A new fact has no signals yet, even where its id is a tombstone's (a revival).
         live = read_signals() if cap.policy.policy != "confidence" else {}
