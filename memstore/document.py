@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Container
+from collections.abc import Collection, Container
 from datetime import UTC, datetime
 from typing import Any, overload
 
@@ -114,6 +114,15 @@ def new_fact_id(taken: Container[object] = ()) -> str:
 def fact_content_key(content: str) -> str:
     """The dedup key: two facts are the same fact when their keys are equal."""
     return content.strip().casefold()
+
+
+def without_ids(facts: list[Any], ids: Collection[str]) -> list[Any]:
+    """``facts`` minus those whose string ``id`` is in ``ids`` (id-less facts always stay)."""
+    return [
+        fact
+        for fact in facts
+        if not (isinstance(fact, dict) and isinstance(fact.get("id"), str) and fact["id"] in ids)
+    ]
 
 
 def coerce_confidence(raw: object, default: float = 0.5) -> float:

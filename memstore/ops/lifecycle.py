@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memstore.config import get_memory_config
-from memstore.document import MemoryDocument, format_timestamp
+from memstore.document import MemoryDocument, format_timestamp, without_ids
 from memstore.errors import ConfigError, StorageWriteError
 from memstore.ops.queries import operations_of
 from memstore.retention import RetentionPolicy, Score, candidate_of
@@ -173,9 +173,7 @@ def _remove(
     """Save ``document`` without ``facts``: a merge-safe save, so a concurrent writer loses nothing."""
     details = {fact.fact_id: fact.decay.detail("expired") for fact in facts}
     stored = document.get("facts") or []
-    document["facts"] = [
-        fact for fact in stored if not (isinstance(fact, dict) and fact.get("id") in details)
-    ]
+    document["facts"] = without_ids(stored, details.keys())
     saved = storage.save(document, agent_name, user_id=user_id, origin=LIFECYCLE_ORIGIN, removals=details)
     if not saved:
         raise StorageWriteError(f"the store refused the lifecycle save of scope {(user_id, agent_name)}")

@@ -29,6 +29,7 @@ from memstore.document import (
     fact_content_key,
     format_timestamp,
     new_fact_id,
+    without_ids,
 )
 from memstore.errors import MalformedMemoryError
 from memstore.retention import NO_SIGNALS, FactSignals, RetentionPolicy, candidate_of
@@ -107,9 +108,7 @@ def _add_new_facts(
 
 
 def _remove_ids(memory: MemoryDocument, ids: Collection[str]) -> None:
-    memory["facts"] = [
-        fact for fact in memory["facts"] if not (isinstance(fact.get("id"), str) and fact["id"] in ids)
-    ]
+    memory["facts"] = without_ids(memory["facts"], ids)
 
 
 def evict_to_cap(

@@ -45,6 +45,7 @@ from memstore.document import (
     format_timestamp,
     new_fact_id,
     parse_timestamp,
+    without_ids,
 )
 from memstore.inject.escaping import field_text, quoted_inline_text
 from memstore.update.parser import Consolidation
@@ -219,7 +220,5 @@ def apply_consolidations(
             removals[sid] = {"reason": "consolidated", "into": fact_id}
         logger.info("consolidation merged facts %r into %s", source_ids, fact_id)
     if consumed:
-        memory["facts"] = [
-            fact for fact in facts if not (isinstance(fact.get("id"), str) and fact["id"] in consumed)
-        ] + merged
+        memory["facts"] = without_ids(facts, consumed) + merged
     return removals

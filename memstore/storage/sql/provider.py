@@ -63,7 +63,6 @@ from memstore.storage.sql.merge import Cap
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.sql.statements import (
-    ANNOTATE_DELETION,
     INSERT_SCOPE,
     LOAD_QUERY,
     LOCK_QUERY,
@@ -74,6 +73,7 @@ from memstore.storage.sql.statements import (
     scope_keys,
 )
 from memstore.storage.sql.write import (
+    annotate_deletions,
     apply_plan,
     confirm_facts,
     inherit_signals,
@@ -174,15 +174,11 @@ class SqlMemoryStorage(MemoryStorage):
 
         Only rows without a ``detail`` are annotated, so a reason memstore recorded is never replaced.
         """
-        keys = scope_keys(resolve_scope(agent_name, user_id))
-        rows = [
-            {**keys, "b_fact_id": fact_id, "b_detail": dict(detail)} for fact_id, detail in details.items()
-        ]
-        if not rows:
+        if not details:
             return
         try:
             with self._engine.begin() as conn:
-                conn.execute(ANNOTATE_DELETION, rows)
+                annotate_deletions(conn, resolve_scope(agent_name, user_id), details)
         except DBAPIError as exc:
             raise self._unavailable(exc, "annotate the audit trail") from exc
 

@@ -21,6 +21,7 @@ from memstore.storage.sql.merge import Cap, MergePlan, StoredFact, StoredSection
 from memstore.storage.sql.models import sections_table
 from memstore.storage.sql.snapshot import plan_from_snapshot
 from memstore.storage.sql.statements import (
+    ANNOTATE_DELETION,
     CONFIRM_FACTS,
     FACTS_QUERY,
     INSERT_FACTS,
@@ -33,6 +34,7 @@ from memstore.storage.sql.statements import (
     TOMBSTONES_QUERY,
     UPDATE_FACT,
     UPDATE_SECTION,
+    scope_keys,
 )
 
 
@@ -215,6 +217,13 @@ def confirm_facts(conn: Connection, scope_id: int, fact_ids: list[str], now: dat
     """Stamp ``last_confirmed_at`` on the live facts an update re-stated (no revision, no audit)."""
     for ids in _chunks(fact_ids):
         conn.execute(CONFIRM_FACTS, {"b_scope_id": scope_id, "b_fact_ids": ids, "b_now": now})
+
+
+def annotate_deletions(conn: Connection, scope: Scope, details: Mapping[str, Mapping[str, Any]]) -> None:
+    """Put ``details`` on the deletions the scope's latest save made (``ANNOTATE_DELETION``)."""
+    keys = scope_keys(scope)
+    rows = [{**keys, "b_fact_id": fact_id, "b_detail": dict(detail)} for fact_id, detail in details.items()]
+    conn.execute(ANNOTATE_DELETION, rows)
 
 
 def inherited_signals(
