@@ -98,6 +98,20 @@ class MemoryConfig(BaseModel):
     eviction_reserved_max: int = Field(default=10, ge=0, le=500)
     expire_below: float | None = Field(default=None, gt=0.0, lt=1.0)
     lifecycle_interval_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
+    # Relevance: embeddings, similarity dedup, query-aware ranking (docs/operations.md).
+    embedding_provider: Literal["none", "openai", "local"] = "none"
+    embedding_model: str | None = Field(default=None, max_length=255)
+    embedding_base_url: str | None = None
+    embedding_api_key: SecretStr | None = None
+    embedding_dimensions: int | None = Field(default=None, ge=1, le=8192)
+    embedding_batch_size: int = Field(default=64, ge=1, le=2048)
+    embedding_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
+    dedup_similarity: float = Field(default=0.97, gt=0.0, le=1.0)
+    relevance_rrf_k: int = Field(default=60, ge=1, le=1000)
+    relevance_semantic_weight: float = Field(default=1.0, ge=0.0, le=10.0)
+    relevance_fulltext_weight: float = Field(default=1.0, ge=0.0, le=10.0)
+    relevance_confidence_weight: float = Field(default=0.1, ge=0.0, le=10.0)
+    relevance_recency_weight: float = Field(default=0.05, ge=0.0, le=10.0)
     access_tracking: bool = True
     access_interval_seconds: float = Field(default=300.0, ge=1, le=86_400)
 
@@ -122,6 +136,12 @@ class MemoryConfig(BaseModel):
         "expire_below",
         "lifecycle_interval_seconds",
         "access_interval_seconds",
+        "embedding_timeout_seconds",
+        "dedup_similarity",
+        "relevance_semantic_weight",
+        "relevance_fulltext_weight",
+        "relevance_confidence_weight",
+        "relevance_recency_weight",
     )
     @classmethod
     def _finite(cls, value: float | None) -> float | None:
@@ -146,6 +166,20 @@ class MemoryConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _embedding_settings(self) -> MemoryConfig:
+        if self.embedding_provider == "openai" and not (self.embedding_model or "").strip():
+            raise ValueError("embedding_provider 'openai' needs embedding_model")
+        weights = (
+            self.relevance_semantic_weight,
+            self.relevance_fulltext_weight,
+            self.relevance_confidence_weight,
+            self.relevance_recency_weight,
+        )
+        if not any(weight > 0 for weight in weights):
+            raise ValueError("at least one relevance_*_weight must be above 0")
+        return self
+
+    @model_validator(mode="after")
     def _api_key_from_environment(self) -> MemoryConfig:
         if self.llm_api_key is None and os.environ.get("OPENAI_API_KEY"):
             # Bypass validate_assignment: re-entering validation here would recurse.
@@ -162,6 +196,10 @@ def _env_value(field: str, raw: str) -> Any:
         "llm_api_key",
         "queue_backend",
         "expire_below",
+        "embedding_model",
+        "embedding_base_url",
+        "embedding_api_key",
+        "embedding_dimensions",
     }:
         return None
     if field in {"guaranteed_categories", "staleness_protected_categories"}:

@@ -100,6 +100,14 @@ class LLMUnavailableError(LLMError):
         self.retry_after = retry_after
 
 
+class EmbeddingError(MemstoreError):
+    """The embeddings endpoint or model failed, or returned something that is not one vector per text."""
+
+
+class EmbeddingUnavailableError(EmbeddingError):
+    """The embeddings endpoint did not answer, or answered 408/409/429/5xx: trying later may work."""
+
+
 class MemoryUpdateParseError(MemstoreError, ValueError):
     """The extractor's reply holds no usable memory update; nothing is saved."""
 
@@ -132,6 +140,19 @@ class DuplicateFactError(MemstoreError, ValueError):
     def __init__(self, existing_id: object) -> None:
         super().__init__(f"Duplicate fact: the same content is already stored as {existing_id}")
         self.existing_id = existing_id
+
+
+class SimilarFactError(DuplicateFactError):
+    """A manual fact means what a live fact says: cosine similarity at or above ``dedup_similarity``."""
+
+    def __init__(self, existing_id: str, similarity: float, threshold: float) -> None:
+        MemstoreError.__init__(
+            self,
+            f"Similar fact: {existing_id} already says this (similarity {similarity:.3f}, "
+            f"dedup_similarity {threshold})",
+        )
+        self.existing_id = existing_id
+        self.similarity = similarity
 
 
 class FactEditConflictError(MemstoreError):

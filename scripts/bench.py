@@ -31,6 +31,7 @@ from typing import Any
 import bench_concurrency
 import bench_pg
 import bench_queue
+import bench_relevance
 import bench_report
 import bench_scenarios
 import sqlalchemy
@@ -55,12 +56,13 @@ class Mode:
     concurrent_saves: int
     concurrent_rounds: int
     warmup: int
+    searches: int
 
 
 MODES = {
-    "full": Mode(2000, 150, 2000, FULL_SCALE_SCOPES, 2000, 300, 4, 50),
-    "quick": Mode(400, 40, 500, 10_000, 400, 80, 2, 20),
-    "smoke": Mode(5, 3, 5, 300, 5, 4, 1, 1),
+    "full": Mode(2000, 150, 2000, FULL_SCALE_SCOPES, 2000, 300, 4, 50, 30),
+    "quick": Mode(400, 40, 500, 10_000, 400, 80, 2, 20, 10),
+    "smoke": Mode(5, 3, 5, 300, 5, 4, 1, 1, 2),
 }
 
 
@@ -126,7 +128,12 @@ def _core(stores: bench_scenarios.Stores, mode: Mode, work: Path, pg_url: str | 
     results += bench_scenarios.save_add_one(stores, mode.saves, min(mode.warmup, 3))
     _stage("saves", start)
     results += bench_scenarios.inject(mode.injections, mode.warmup)
+    results += bench_relevance.inject_query(work, mode.injections, mode.warmup)
     _stage("injection", start)
+    results += bench_relevance.semantic_search(
+        work, pg_url, mode.scale_scopes // 20, SCALE_FACTS, mode.searches, min(mode.warmup, 3)
+    )
+    _stage("semantic search", start)
     results += bench_scenarios.scale(work, mode.scale_scopes, SCALE_FACTS, mode.scale_loads, mode.warmup)
     _stage("scale", start)
     backends = {"sqlite": (f"sqlite:///{work / 'concurrency.db'}", SQLITE_NORMAL)}

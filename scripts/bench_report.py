@@ -80,6 +80,27 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target("inject", "injection of 500 facts: median ≤ 1 ms", ("inject_500", "tiktoken"), None, 1),
     Target(
+        "inject_query",
+        "query-aware injection of 500 facts (load, rank, render; embedding excluded): median ≤ 5 ms",
+        ("inject_query_500", "query_aware"),
+        None,
+        5,
+    ),
+    Target(
+        "inject_query_vs_confidence",
+        "query-aware vs confidence-ordered injection of 500 facts (same load and render)",
+        ("inject_query_500", "query_aware"),
+        ("inject_query_500", "confidence_order"),
+        None,
+    ),
+    Target(
+        "semantic_search_vec",
+        "semantic search over every scope: sqlite-vec vs the exact numpy scan",
+        ("semantic_search_100k", "sqlite_vec"),
+        ("semantic_search_100k", "sqlite_exact"),
+        None,
+    ),
+    Target(
         "access_tracking",
         "warm load + injection of 100 facts, access tracking on ≤ 1.2× off",
         ("load_inject_100_access", "sqlite_tracking_on"),

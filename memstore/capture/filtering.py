@@ -172,3 +172,15 @@ def memory_turns(messages: Iterable[Any]) -> Iterator[tuple[str, str]]:
         text = text.strip()
         if text:
             yield kind, text
+
+
+def latest_user_text(messages: Sequence[Any]) -> str | None:
+    """The newest visible human message's text, upload blocks removed: the query that
+    query-aware injection ranks facts against (``None`` when there is none)."""
+    for message in reversed(messages):
+        if message_type(message) != "human" or _is_hidden(message):
+            continue
+        text = strip_upload_blocks(message_text(message)).strip()
+        if text:
+            return text
+    return None

@@ -11,7 +11,7 @@ import click
 from memstore.cli.output import echo_json, echo_table, user_id_option
 from memstore.document import FACT_CATEGORIES
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
-from memstore.storage.records import FACT_ORDERS, AgentFilter, FactOrder, iso
+from memstore.storage.records import FACT_ORDERS, SEARCH_MODES, AgentFilter, FactOrder, SearchMode, iso
 
 _DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
 
@@ -71,13 +71,22 @@ def list_command(
 
 @facts.command("search")
 @click.argument("query")
+@click.option(
+    "--mode",
+    type=click.Choice(SEARCH_MODES),
+    default="fulltext",
+    show_default=True,
+    help="fulltext: every word must match; semantic: nearest by meaning; hybrid: both, rank-fused "
+    "(semantic and hybrid need embedding_provider).",
+)
 @filter_options
-def search_command(query: str, limit: int, offset: int, as_json: bool, **filters: Any) -> None:
-    """Search facts for QUERY (every word must match), most relevant first.
+def search_command(query: str, mode: str, limit: int, offset: int, as_json: bool, **filters: Any) -> None:
+    """Search facts for QUERY, most relevant first.
 
     QUERY is plain text: quotes, hyphens and words like OR or NOT are matched, never parsed.
     """
-    _print(search_facts(query, _filter(**filters), limit=limit, offset=offset), as_json=as_json)
+    page = search_facts(query, _filter(**filters), mode=cast(SearchMode, mode), limit=limit, offset=offset)
+    _print(page, as_json=as_json)
 
 
 def _filter(

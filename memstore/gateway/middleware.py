@@ -19,9 +19,11 @@ from typing import Any
 from memstore.capture.conversation import capture_conversation
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import StorageUnavailableError
+from memstore.gateway.ranking import relevance_scores
 from memstore.gateway.user_context import get_effective_user_id
 from memstore.inject.render import render_memory, wrap_memory_block
 from memstore.queue import get_memory_queue
+from memstore.scope import resolve_scope
 from memstore.storage.loader import get_memory_storage
 
 logger = logging.getLogger(__name__)
@@ -64,15 +66,19 @@ class MemoryMiddleware:
         except Exception:
             logger.exception("could not queue the memory update for thread %s", thread_id)
 
-    def memory_context(self, *, user_id: str | None = None) -> str:
-        """The ``<memory>`` block to put in the prompt, or ``""`` when there is nothing to inject."""
+    def memory_context(self, *, user_id: str | None = None, query: str | None = None) -> str:
+        """The ``<memory>`` block to put in the prompt, or ``""`` when there is nothing to inject.
+
+        With a ``query`` (the latest user message) and embeddings configured, facts are ranked by
+        relevance to it (``inject.relevance``); otherwise by confidence.
+        """
         config = self._current_config()
         if not config.enabled or not config.injection_enabled:
             return ""
         timeout = config.memory_context_timeout_seconds
         try:
             # The user is resolved here: the pool thread does not see the request's ContextVar.
-            future = _CONTEXT_EXECUTOR.submit(self._render, config, user_id or get_effective_user_id())
+            future = _CONTEXT_EXECUTOR.submit(self._render, config, user_id or get_effective_user_id(), query)
             return future.result(timeout=timeout)
         except FutureTimeoutError:
             future.cancel()
@@ -83,16 +89,22 @@ class MemoryMiddleware:
             logger.exception("could not build the memory context; continuing without memory")
         return ""
 
-    def _render(self, config: MemoryConfig, user_id: str | None) -> str:
-        """Load, render, and count an access of exactly the facts the block shows."""
+    def _render(self, config: MemoryConfig, user_id: str | None, query: str | None) -> str:
+        """Load, rank, render, and count an access of exactly the facts the block shows."""
         storage = get_memory_storage()
         memory = storage.load(self._agent_name, user_id=user_id)
+        scores = None
+        if query and query.strip() and memory.get("facts"):
+            scores = relevance_scores(
+                memory, query, config, storage, resolve_scope(self._agent_name, user_id)
+            )
         text, fact_ids = render_memory(
             memory,
             config.max_injection_tokens,
             guaranteed_categories=tuple(config.guaranteed_categories),
             guaranteed_token_budget=config.guaranteed_token_budget,
             use_tiktoken=config.token_counting == "tiktoken",
+            scores=scores,
         )
         if fact_ids:
             storage.record_access(self._agent_name, user_id=user_id, fact_ids=fact_ids)

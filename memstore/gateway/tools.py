@@ -23,6 +23,7 @@ from memstore.ops.facts import (
     search_memory_facts,
     update_memory_fact,
 )
+from memstore.storage.records import SearchMode
 
 logger = logging.getLogger(__name__)
 
@@ -49,18 +50,28 @@ def memory_search(
     *,
     user_id: str | None = None,
     agent_name: str | None = None,
+    mode: SearchMode | None = None,
 ) -> str:
-    """Search long-term memory for facts about the user, most confident first.
+    """Search long-term memory for facts about the user, best match first.
 
     Args:
-        query: Text the fact must contain (case-insensitive).
+        query: What to look for: words the fact contains, or (with embeddings) what it means.
         category: Only facts of this category (preference, knowledge, context, behavior, goal,
             correction).
         limit: Maximum number of facts to return.
+        mode: fulltext, semantic or hybrid; by default hybrid when embeddings are configured,
+            fulltext otherwise.
     """
     try:
+        if mode is None:
+            mode = "fulltext" if get_memory_config().embedding_provider == "none" else "hybrid"
         results = search_memory_facts(
-            query, category, limit, agent_name=agent_name, user_id=user_id or get_effective_user_id()
+            query,
+            category,
+            limit,
+            agent_name=agent_name,
+            user_id=user_id or get_effective_user_id(),
+            mode=mode,
         )
     except Exception as exc:
         return _error(exc)

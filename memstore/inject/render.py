@@ -1,7 +1,8 @@
 """Render a memory document as the text injected into the next conversation's prompt.
 
 Layout: ``User Context:`` and ``History:`` summaries first, then a single ``Facts:`` block. Facts
-are ranked by confidence; guaranteed categories (corrections by default) are placed first from
+are ranked by confidence, or by relevance scores when the caller has a query (``relevance.py``);
+guaranteed categories (corrections by default) are placed first from
 a budget of their own so a long tail of ordinary facts can never crowd them out. Lines are taken
 in rank order until one does not fit; a line bigger than the whole budget is skipped rather than
 ending the block (see ``_select_lines``).
@@ -137,15 +138,19 @@ def _categories(guaranteed_categories: Iterable[str] | None) -> frozenset[str]:
 
 
 def _ranked_facts(
-    raw_facts: object, guaranteed: frozenset[str]
+    raw_facts: object, guaranteed: frozenset[str], scores: Sequence[float] | None
 ) -> tuple[list[Mapping[Any, Any]], list[Mapping[Any, Any]]]:
     """Usable facts split into (guaranteed, regular), each sorted by confidence, ties in stored order.
 
-    Only a fact whose own category names a guaranteed one is promoted; a missing category is
-    never promoted, even when ``context`` (the display default) is guaranteed.
+    With ``scores`` (one per stored fact, from ``relevance.fused_scores``) they are sorted by
+    score instead. Only a fact whose own category names a guaranteed one is promoted; a missing
+    category is never promoted, even when ``context`` (the display default) is guaranteed.
     """
     if not isinstance(raw_facts, list):
         return [], []
+    if scores is not None and len(scores) != len(raw_facts):
+        raise ValueError(f"{len(scores)} relevance scores for {len(raw_facts)} facts")
+    score_of = {id(fact): score for fact, score in zip(raw_facts, scores or (), strict=False)}
     promoted: list[Mapping[Any, Any]] = []
     regular: list[Mapping[Any, Any]] = []
     for fact in raw_facts:
@@ -159,8 +164,9 @@ def _ranked_facts(
             promoted.append(fact)
         else:
             regular.append(fact)
-    promoted.sort(key=_confidence, reverse=True)
-    regular.sort(key=_confidence, reverse=True)
+    key = _confidence if scores is None else (lambda fact: score_of[id(fact)])
+    promoted.sort(key=key, reverse=True)
+    regular.sort(key=key, reverse=True)
     return promoted, regular
 
 
@@ -210,10 +216,12 @@ def render_memory(
     guaranteed_categories: Iterable[str] | None = DEFAULT_GUARANTEED_CATEGORIES,
     guaranteed_token_budget: int = 500,
     use_tiktoken: bool = True,
+    scores: Sequence[float] | None = None,
 ) -> tuple[str, list[str]]:
     """The memory text to inject and the ids of the facts it shows (for access tracking).
 
-    The text is within ``max_tokens`` plus whatever guaranteed facts used.
+    The text is within ``max_tokens`` plus whatever guaranteed facts used. Facts go in order of
+    confidence, or of ``scores`` (one per entry of ``memory["facts"]``; query-aware injection).
 
     Guaranteed facts are charged only to ``guaranteed_token_budget``; regular facts get what is
     left of ``max_tokens`` after the summaries, the header and the guaranteed lines. When the
@@ -226,7 +234,7 @@ def render_memory(
     if not isinstance(memory, Mapping) or not memory:
         return "", []
     summaries = _summary_sections(memory)
-    promoted, regular = _ranked_facts(memory.get("facts"), guaranteed)
+    promoted, regular = _ranked_facts(memory.get("facts"), guaranteed, scores)
 
     shown: list[Mapping[Any, Any]] = []
     fact_lines, guaranteed_used = _select_lines(promoted, guaranteed_token_budget, use_tiktoken, shown)

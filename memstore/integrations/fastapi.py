@@ -40,6 +40,7 @@ from memstore.document import (
 )
 from memstore.errors import (
     DuplicateFactError,
+    EmbeddingError,
     FactEditConflictError,
     FactNotFoundError,
     InvalidDocumentError,
@@ -63,6 +64,7 @@ from memstore.ops.facts import (
     update_memory_fact,
 )
 from memstore.ops.lifecycle import with_retention
+from memstore.storage.records import SearchMode
 
 __all__ = [
     "ContextSection",
@@ -220,9 +222,14 @@ class ValidationErrorResponse(BaseModel):
 
 
 _UNAVAILABLE = "Memory storage is unavailable; try again later."
+_EMBEDDINGS_FAILED = "The embeddings endpoint failed; try again later."
 _ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrorResponse, "description": "Invalid input or user id"},
-    503: {"model": ErrorResponse, "description": "The memory database is unreachable or refused the write"},
+    503: {
+        "model": ErrorResponse,
+        "description": "The memory database (or, for a search by meaning, the embeddings endpoint) "
+        "is unreachable or refused the request",
+    },
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "No fact with this id in the caller's memory"},
@@ -261,6 +268,8 @@ def _mapped_errors() -> Iterator[None]:
     except (StorageUnavailableError, StorageWriteError, StorageSetupError) as exc:
         # StorageWriteError: the provider's save returned False (the database refused the write).
         raise HTTPException(503, _UNAVAILABLE) from exc
+    except EmbeddingError as exc:
+        raise HTTPException(503, _EMBEDDINGS_FAILED) from exc
 
 
 class _MemoryRoute(APIRoute):
@@ -363,9 +372,13 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
             str | None, Query(max_length=MAX_CATEGORY_CHARS, description="Only facts of this category")
         ] = None,
         limit: Annotated[int, Query(ge=1, le=100)] = 10,
+        mode: Annotated[
+            SearchMode,
+            Query(description="fulltext (words), semantic (meaning) or hybrid (both, rank-fused)"),
+        ] = "fulltext",
     ) -> list[Fact]:
         with _mapped_errors():
-            found = search_memory_facts(q, category, limit, user_id=owner)
+            found = search_memory_facts(q, category, limit, user_id=owner, mode=mode)
             shown = with_retention(found, user_id=owner)
         return [Fact.model_validate(fact) for fact in shown]
 

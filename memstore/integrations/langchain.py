@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
         "memstore.integrations.langchain needs LangChain v1: pip install 'memstore[langchain]'"
     ) from exc
 
+from memstore.capture.filtering import latest_user_text
 from memstore.config import MemoryConfig
 from memstore.gateway.middleware import MemoryMiddleware
 
@@ -78,7 +79,9 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self._resolve_user = user_resolver
 
     def _request_with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        block = self._memory.memory_context(user_id=self._resolve_user(request.runtime))
+        block = self._memory.memory_context(
+            user_id=self._resolve_user(request.runtime), query=latest_user_text(request.messages)
+        )
         if not block:
             return request
         return request.override(messages=_with_memory(request.messages, block))

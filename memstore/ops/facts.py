@@ -34,7 +34,16 @@ from memstore.errors import (
     DuplicateFactError,
     FactEditConflictError,
     FactNotFoundError,
+    QueryError,
+    SimilarFactError,
     StorageWriteError,
+)
+from memstore.inject.relevance import (
+    MAX_QUERY_CHARS,
+    RelevanceWeights,
+    fused_scores,
+    ranked_order,
+    similarities,
 )
 from memstore.ops.validation import (
     check_document,
@@ -43,12 +52,14 @@ from memstore.ops.validation import (
     fact_content,
     search_text,
 )
-from memstore.scope import resolve_scope
+from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
-from memstore.storage.records import MAX_PAGE_SIZE, FactFilter
+from memstore.storage.records import MAX_PAGE_SIZE, SEARCH_MODES, FactFilter, SearchMode
+from memstore.storage.vectors import semantic_parts
 from memstore.update.apply import evict_to_cap
+from memstore.update.similarity import most_similar, scope_vectors
 
 Fact = dict[str, Any]
 
@@ -113,6 +124,16 @@ def create_memory_fact_with_created_fact(
     memory = get_memory_data(agent_name, user_id=user_id)
     facts = _facts_of(memory)
     _refuse_duplicate(facts, text, ignore_id=None)
+    config, storage = get_memory_config(), get_memory_storage()
+    scope = resolve_scope(agent_name, user_id)
+    semantic = semantic_parts(config, storage)
+    if semantic is not None:
+        embedder, store = semantic
+        similar, vector = most_similar(
+            text, category, facts, embedder=embedder, store=store, scope=scope, config=config
+        )
+        if similar is not None:
+            raise SimilarFactError(similar.fact_id, similar.similarity, config.dedup_similarity)
     taken_ids = {fact.get("id") for fact in facts}
     fact_id = new_fact_id(taken_ids)
     created: Fact = {
@@ -124,13 +145,14 @@ def create_memory_fact_with_created_fact(
         "source": MANUAL_SOURCE,
     }
     updated = dict(memory)
-    config, storage = get_memory_config(), get_memory_storage()
     over_cap = len(facts) >= config.max_facts
     signals = storage.fact_signals(agent_name, user_id=user_id) if over_cap else {}
     updated["facts"], removals = evict_to_cap([*facts, created], config, signals)
     stored = _save(updated, agent_name, user_id, "Failed to save memory after creating a fact", removals)
     if _fact_by_id(stored, fact_id) is None:
         _refuse_duplicate(_facts_of(stored), text, ignore_id=fact_id)
+    elif semantic is not None:
+        semantic[1].store_vectors(scope, semantic[0].model, [(fact_id, text, vector)])
     return stored, created
 
 
@@ -210,13 +232,16 @@ def search_memory_facts(
     *,
     agent_name: str | None = None,
     user_id: str | None = None,
+    mode: SearchMode = "fulltext",
 ) -> list[Fact]:
     """The scope's facts that match ``query``, best first; returns copies of the stored facts.
 
-    On the SQL provider the full-text index ranks the words of ``query`` (relevance, then
-    confidence). Facts that only contain ``query`` as a substring (part of a word, or text the
-    index cannot segment) follow, highest confidence first, as on the file provider. Case
-    folding uses ``casefold``, so "STRASSE" finds "Straße". ``category`` is an exact filter.
+    ``fulltext``: on the SQL provider the full-text index ranks the words of ``query``
+    (relevance, then confidence). Facts that only contain ``query`` as a substring (part of a
+    word, or text the index cannot segment) follow, highest confidence first, as on the file
+    provider. Case folding uses ``casefold``, so "STRASSE" finds "Straße". ``semantic`` ranks
+    the scope's facts by cosine similarity to the query, ``hybrid`` by the fusion injection uses
+    (``inject.relevance``); both need ``embedding_provider``. ``category`` is an exact filter.
     A query longer than the longest fact, or text no store can hold (NUL, a lone surrogate), is
     a ``QueryError``. The facts returned count as accessed (``MemoryStorage.record_access``).
     """
@@ -231,13 +256,20 @@ def search_memory_facts(
         for fact in _facts_of(storage.load(agent_name, user_id=user_id))
         if isinstance(fact.get("content"), str) and (category is None or fact.get("category") == category)
     ]
-    ranked = _fulltext_ids(storage, needle, category, limit, agent_name=agent_name, user_id=user_id)
-    by_id = {fact.get("id"): fact for fact in facts}
-    matches = [by_id[fact_id] for fact_id in ranked if fact_id in by_id]
-    folded = needle.casefold()
-    substring = [fact for fact in facts if fact not in matches and folded in fact["content"].casefold()]
-    substring.sort(key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
-    found = [dict(fact) for fact in (matches + substring)[:limit]]
+    if mode not in SEARCH_MODES:
+        raise QueryError(f"unknown search mode {mode!r}; use one of {', '.join(SEARCH_MODES)}")
+    if mode == "fulltext":
+        ranked = _fulltext_ids(storage, needle, category, limit, agent_name=agent_name, user_id=user_id)
+        by_id = {fact.get("id"): fact for fact in facts}
+        matches = [by_id[fact_id] for fact_id in ranked if fact_id in by_id]
+        folded = needle.casefold()
+        substring = [fact for fact in facts if fact not in matches and folded in fact["content"].casefold()]
+        substring.sort(key=lambda fact: coerce_confidence(fact.get("confidence")), reverse=True)
+        matches += substring
+    else:
+        scored = rank_by_meaning(storage, facts, needle, mode, resolve_scope(agent_name, user_id))
+        matches = [fact for fact, _ in scored]
+    found = [dict(fact) for fact in matches[:limit]]
     if found:
         ids = [fact_id for fact in found if isinstance(fact_id := fact.get("id"), str)]
         storage.record_access(agent_name, user_id=user_id, fact_ids=ids)
@@ -264,6 +296,34 @@ def _fulltext_ids(
     where = FactFilter(user_id=user, agent_name=agent, category=category)
     page = storage.query_facts(where, search=query, limit=min(limit, MAX_PAGE_SIZE), offset=0)
     return [fact.fact_id for fact in page.facts] if page.search_mode == "fulltext" else []
+
+
+def rank_by_meaning(
+    storage: MemoryStorage, facts: list[Fact], query: str, mode: SearchMode, scope: Scope
+) -> list[tuple[Fact, float]]:
+    """One scope's ``facts`` with their scores, best first: cosine similarity to ``query``
+    (``semantic``) or the fused rank injection uses (``hybrid``, ``inject.relevance``).
+
+    Facts without a vector yet (saved by a host that does not embed, such as DeerMem, or before
+    embeddings were configured) are embedded and stored first, in one call. Without embeddings
+    configured this is a ``QueryError``: a search by meaning cannot be served.
+    """
+    config = get_memory_config()
+    parts = semantic_parts(config, storage)
+    if parts is None:
+        raise QueryError(
+            "semantic and hybrid search need embeddings: set embedding_provider (openai or local)"
+        )
+    embedder, store = parts
+    vector = embedder.embed_query(query[:MAX_QUERY_CHARS])
+    vectors, made = scope_vectors(facts, embedder, store, scope)
+    store.store_vectors(scope, embedder.model, made)
+    scores: list[float | None]
+    if mode == "semantic":
+        scores = similarities(facts, vector, vectors)
+    else:
+        scores = list(fused_scores(facts, query, vector, vectors, RelevanceWeights.of(config)))
+    return [(facts[i], scores[i] or 0.0) for i in ranked_order(scores)]
 
 
 def _facts_of(memory: MemoryDocument) -> list[Fact]:

@@ -10,22 +10,42 @@ file provider it scans the tree. ``storage`` defaults to the configured provider
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from memstore.config import MemoryConfig, get_memory_config
+from memstore.embedding import Embedder
 from memstore.errors import MemstoreError, QueryError
+from memstore.inject.relevance import (
+    MAX_QUERY_CHARS,
+    RelevanceWeights,
+    bm25_scores,
+    fuse_rankings,
+    ranked_order,
+)
+from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, validate_user_id
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
 from memstore.storage.records import (
     FACT_ORDERS,
+    MAX_PAGE_SIZE,
+    SEARCH_MODES,
     FactFilter,
     FactOrder,
     FactPage,
+    FactRecord,
     HistoryEntry,
     MemoryStats,
+    SearchMode,
     check_paging,
+    with_scores,
 )
+from memstore.storage.vectors import VectorStore, semantic_parts
+
+HYBRID_POOL = 50
+"""Candidates each retriever contributes to a hybrid page (more for deep pages, up to a page's cap)."""
 
 
 def operations_of(storage: MemoryStorage | None = None) -> StorageOperations:
@@ -64,23 +84,83 @@ def search_facts(
     query: str,
     where: FactFilter | None = None,
     *,
+    mode: SearchMode = "fulltext",
     limit: int = 20,
     offset: int = 0,
     storage: MemoryStorage | None = None,
+    config: MemoryConfig | None = None,
 ) -> FactPage:
-    """Facts matching every word of ``query``, most relevant first, then by confidence.
+    """Facts matching ``query`` across scopes, most relevant first.
 
-    The text is never parsed as query syntax. The page's ``search_mode`` says whether the
-    full-text index served it or substring matching did (CJK text, index unavailable). This is
-    an operator's search across scopes, so it counts as no access of the facts it finds (a
-    user's own search, ``ops.facts.search_memory_facts``, does).
+    ``mode``: ``fulltext`` (every word of ``query``, then confidence; the page's ``search_mode``
+    says whether the index or substring matching served it), ``semantic`` (cosine similarity of
+    the facts' vectors to the query's, as ``rank``; needs ``embedding_provider``), or ``hybrid``
+    (reciprocal rank fusion of both with confidence and recency, see ``inject.relevance``; ``rank``
+    is the fused score, and ``total`` counts the candidates fused: the best ``HYBRID_POOL`` (or
+    twice the page's end) of each retriever). The text is never parsed as query syntax. This is
+    an operator's search, so it counts as no access of the facts it finds (a user's own search,
+    ``ops.facts.search_memory_facts``, does).
     """
     if not isinstance(query, str) or not query.strip():
         raise QueryError("the search query is empty")
+    if mode not in SEARCH_MODES:
+        raise QueryError(f"unknown search mode {mode!r}; use one of {', '.join(SEARCH_MODES)}")
     check_paging(limit, offset)
-    return operations_of(storage).query_facts(
-        where or FactFilter(), search=query.strip(), limit=limit, offset=offset
+    query, where = query.strip(), where or FactFilter()
+    operations = operations_of(storage)
+    if mode == "fulltext":
+        return operations.query_facts(where, search=query, limit=limit, offset=offset)
+    config = config or get_memory_config()
+    embedder, store = _semantic(config, storage)
+    vector = embedder.embed_query(query[:MAX_QUERY_CHARS])
+    if mode == "semantic":
+        page = store.nearest_facts(where, vector, model=embedder.model, limit=limit, offset=offset)
+    else:
+        pool = min(MAX_PAGE_SIZE, max(HYBRID_POOL, 2 * (offset + limit)))
+        nearest = store.nearest_facts(where, vector, model=embedder.model, limit=pool, offset=0)
+        matched = operations.query_facts(where, search=query, limit=pool, offset=0)
+        page = _fused_page(query, nearest, matched, RelevanceWeights.of(config), limit, offset)
+    return replace(page, facts=with_scores(page.facts, RetentionPolicy.of(config), datetime.now(UTC)))
+
+
+def _semantic(config: MemoryConfig, storage: MemoryStorage | None) -> tuple[Embedder, VectorStore]:
+    parts = semantic_parts(config, storage if storage is not None else get_memory_storage())
+    if parts is None:
+        raise QueryError(
+            "semantic and hybrid search need embeddings: set embedding_provider (openai or local)"
+        )
+    return parts
+
+
+def _fused_page(
+    query: str, nearest: FactPage, matched: FactPage, weights: RelevanceWeights, limit: int, offset: int
+) -> FactPage:
+    """Fuse the semantic and full-text candidates by rank (``inject.relevance``).
+
+    The full-text ranking is BM25 over the pooled candidates' text (words, CJK bigrams), so a fact
+    sharing some of the query's words ranks even when the index, which needs every word, did not
+    return it; confidence and recency rank the same pool. The page's ``total`` is the pool's size.
+    """
+    records: dict[tuple[str | None, str | None, str], FactRecord] = {}
+    for record in [*nearest.facts, *matched.facts]:
+        records.setdefault((record.user_id, record.agent_name, record.fact_id), record)
+    keys = list(records)
+    lexical = bm25_scores(query, [records[key].content for key in keys])
+    created = [stamp.timestamp() if (stamp := records[key].created_at) else None for key in keys]
+    fused = fuse_rankings(
+        [
+            (weights.semantic, [(r.user_id, r.agent_name, r.fact_id) for r in nearest.facts]),
+            (weights.fulltext, [keys[i] for i in ranked_order([s if s > 0 else None for s in lexical])]),
+            (weights.confidence, [keys[i] for i in ranked_order([records[k].confidence for k in keys])]),
+            (weights.recency, [keys[i] for i in ranked_order(created)]),
+        ],
+        weights.k,
     )
+    ranked = sorted(keys, key=lambda key: -fused.get(key, 0.0))
+    shown = ranked[offset : offset + limit]
+    page = [replace(records[key], rank=round(fused.get(key, 0.0), 6)) for key in shown]
+    mode = f"hybrid:{nearest.search_mode.partition(':')[2]}+{matched.search_mode}"
+    return FactPage(page, len(keys), limit, offset, mode)
 
 
 def count_facts(where: FactFilter | None = None, *, storage: MemoryStorage | None = None) -> int:

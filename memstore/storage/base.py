@@ -43,12 +43,15 @@ class MemoryStorage(ABC):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
+        folded: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> bool:
         """Persist ``memory`` for the scope; ``True`` once it is durable.
 
         ``removals`` (fact id to a JSON object such as ``{"reason": "stale"}``) says why facts
-        missing from ``memory`` went, and ``confirmed`` names live facts an update re-stated; a
-        provider with an audit trail and retention signals records them, the others ignore them.
+        missing from ``memory`` went, ``confirmed`` names live facts an update re-stated, and
+        ``folded`` (live fact id to a JSON object) the live facts that new, similar facts were
+        folded into (``update.similarity``); a provider with an audit trail and retention
+        signals records them, the others ignore them.
 
         ``origin`` (a thread id, ``manual``, ``import``...) labels the change in an audit trail,
         where the provider keeps one. ``captured_at`` is when the conversation behind the

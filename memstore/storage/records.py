@@ -33,6 +33,8 @@ MAX_SCORED_FACTS = 100_000
 
 FactOrder = Literal["newest", "score", "last_accessed", "access_count"]
 FACT_ORDERS: tuple[FactOrder, ...] = ("newest", "score", "last_accessed", "access_count")
+SearchMode = Literal["fulltext", "semantic", "hybrid"]
+SEARCH_MODES: tuple[SearchMode, ...] = ("fulltext", "semantic", "hybrid")
 
 
 @dataclass(frozen=True)

@@ -21,20 +21,29 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
+import numpy as np
+
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
+from memstore.document import MemoryDocument
+from memstore.embedding import Embedder
 from memstore.errors import (
     ConfigError,
+    EmbeddingUnavailableError,
+    LLMUnavailableError,
     MemstoreError,
     SchemaNotReadyError,
     StorageUnavailableError,
     StorageWriteError,
 )
+from memstore.scope import Scope, resolve_scope
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.storage.sql.queue_table import QueueLease
+from memstore.storage.vectors import VectorStore, semantic_parts
 from memstore.update.apply import apply_updates
 from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor
+from memstore.update.similarity import SimilarFolds, fold_similar
 
 logger = logging.getLogger(__name__)
 
@@ -139,15 +148,23 @@ class MemoryUpdater:
             applied = apply_updates(
                 current, update, thread_id=context.thread_id, config=config, signals=signals
             )
+            scope = resolve_scope(context.agent_name, context.user_id)
+            semantic = semantic_parts(config, storage)
+            folds = SimilarFolds(applied.memory)
+            if semantic is not None:
+                folds = _fold(current, applied.memory, semantic, scope, config)
             options: dict[str, Any] = {
                 "origin": context.thread_id,
                 "captured_at": context.timestamp,
                 "removals": applied.removals,
                 "confirmed": applied.confirmed,
+                "folded": folds.folded,
             }
             if lease is not None:
                 options["lease"] = lease
-            saved = storage.save(applied.memory, context.agent_name, user_id=context.user_id, **options)
+            saved = storage.save(folds.memory, context.agent_name, user_id=context.user_id, **options)
+            if saved and semantic is not None:
+                _store_vectors(semantic, scope, folds.vectors)
         except SchemaNotReadyError as exc:
             logger.error(
                 "memory update for thread %s is kept for retry: the database schema is not ready "
@@ -177,6 +194,33 @@ class MemoryUpdater:
         except Exception:
             logger.exception("memory update for thread %s failed; memory left unchanged", thread_id)
             return False
+
+
+def _fold(
+    current: MemoryDocument,
+    memory: MemoryDocument,
+    semantic: tuple[Embedder, VectorStore],
+    scope: Scope,
+    config: MemoryConfig,
+) -> SimilarFolds:
+    """``fold_similar``; an embedding endpoint that may answer later is retried like the LLM's."""
+    embedder, store = semantic
+    try:
+        return fold_similar(current, memory, embedder=embedder, store=store, scope=scope, config=config)
+    except EmbeddingUnavailableError as exc:
+        raise LLMUnavailableError(f"the embedding endpoint is unavailable: {exc}") from exc
+
+
+def _store_vectors(
+    semantic: tuple[Embedder, VectorStore], scope: Scope, vectors: list[tuple[str, str, np.ndarray]]
+) -> None:
+    """Store the vectors made for the update; the update is saved, so failing here only logs
+    (facts without a vector are still served, and ``memstore embed`` fills them in)."""
+    embedder, store = semantic
+    try:
+        store.store_vectors(scope, embedder.model, vectors)
+    except MemstoreError as exc:
+        logger.warning("fact vectors for scope %s not stored (run `memstore embed`): %s", scope, exc)
 
 
 def update_memory_from_conversation(

@@ -19,6 +19,9 @@ SQLITE_VARIANTS = {
     },
     "inject_500": {"tiktoken", "tiktoken_uncached", "char_estimate"},
     "load_inject_100_access": {"sqlite_tracking_off", "sqlite_tracking_on"},
+    # CI installs the local-embeddings extra and pysqlite3, so neither optional variant may vanish.
+    "inject_query_500": {"confidence_order", "query_aware", "local_query_embedding"},
+    "semantic_search_100k": {"sqlite_exact", "sqlite_exact_one_user", "sqlite_vec", "sqlite_vec_one_user"},
     "scale_cold_load": {"100_scopes", "many_scopes"},
     "concurrent_saves": {"sqlite_1proc", "sqlite_4proc"},
     "queue_llm_200ms": {"sqlite_1w", "sqlite_4w", "sqlite_16w", "sqlite_2x8w", "memory_queue_1w"},
@@ -28,6 +31,7 @@ PG_VARIANTS = {
     "load_cold_100": {"postgresql", "psycopg_floor", "psycopg_select1"},
     "load_inject_100_access": {"postgresql_tracking_off", "postgresql_tracking_on"},
     **{f"save_add1_{size}": {"postgresql"} for size in (10, 100, 500)},
+    "semantic_search_100k": {"postgresql_exact", "postgresql_exact_one_user"},
     "concurrent_saves": {"postgresql_1proc", "postgresql_4proc"},
     "queue_llm_200ms": {"postgresql_1w", "postgresql_4w", "postgresql_16w", "postgresql_2x8w"},
 }
@@ -40,6 +44,9 @@ SQLITE_TARGETS = {
     "save_vs_file",
     "save_vs_file_same_durability",
     "inject",
+    "inject_query",
+    "inject_query_vs_confidence",
+    "semantic_search_vec",
     "access_tracking",
     "scale",
     "sqlite_concurrency",

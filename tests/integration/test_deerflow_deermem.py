@@ -12,13 +12,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
+from memstore.config import MemoryConfig
 from memstore.errors import RevisionConflictError
 from memstore.integrations import deerflow
 from memstore.integrations.deerflow import DeerMemStore
 from memstore.storage.records import FactFilter
 from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.engine import get_engine
 from tests.support import deerflow_standins
+from tests.support.openai_server import OpenAIStubServer
 
 deerflow_standins.install()
 
@@ -273,3 +277,37 @@ def test_the_cap_is_deermems_max_facts_and_the_hooks_reach_memstore(sql_url: str
     assert len(storage.load("__default__", user_id="alice")["facts"]) == 10
     storage.close()
     sql.close()
+
+
+def test_search_facts_ranks_each_scope_by_meaning_and_never_crosses_users(
+    sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
+) -> None:
+    """DeerMem's memory_search calls ``search_facts``: memstore's hybrid ranking, scope by scope."""
+    isolated_config.embedding_model = "m"
+    isolated_config.embedding_base_url = openai_server.base_url
+    isolated_config.embedding_provider = "openai"
+    storage = _storage(sql_url)
+    tea, rust = _fact("Drinks green tea every morning"), _fact("Writes Rust at work", category="context")
+    assert storage.save({"facts": [tea, rust]}, "__default__", user_id="alice")
+    assert storage.save({"facts": [_fact("Drinks green tea every morning")]}, "__default__", user_id="bob")
+    alice: list[dict[str, str | None]] = [{"userId": "alice", "agentName": "__default__"}]
+    found = storage.search_facts("green tea", scopes=alice, top_k=5, mode="hybrid")
+    assert [result["fact"]["id"] for result in found][:1] == [tea["id"]]
+    assert {result["fact"]["scope"]["userId"] for result in found} == {"alice"}
+    assert all(result["matchType"] == "hybrid" for result in found)
+    # DeerMem saved these facts without embedding them: the first search embedded and kept them.
+    with get_engine(sql_url).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM memory_fact_embeddings")).scalar_one() == 2
+    only_context = storage.search_facts("green tea", scopes=alice, filters={"category": "context"})
+    assert [result["fact"]["id"] for result in only_context] == [rust["id"]]
+    assert storage.search_facts("  ", scopes=alice) == []
+    assert len(storage.search_facts("green tea", scopes=alice, top_k=1)) == 1
+
+
+def test_search_facts_without_embeddings_ranks_by_words(sql_url: str) -> None:
+    storage = _storage(sql_url)
+    tea, rust = _fact("Drinks green tea every morning"), _fact("Writes Rust at work")
+    assert storage.save({"facts": [tea, rust]}, "coder", user_id="alice")
+    coder: list[dict[str, str | None]] = [{"userId": "alice", "agentName": "coder"}]
+    found = storage.search_facts("which tea?", scopes=coder)
+    assert [(result["fact"]["id"], result["matchType"]) for result in found] == [(tea["id"], "fulltext")]

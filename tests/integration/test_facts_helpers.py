@@ -51,6 +51,7 @@ class ReadOnlyFileStorage(FileMemoryStorage):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
+        folded: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> bool:
         if type(self).refuse_saves:
             return False

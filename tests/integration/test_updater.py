@@ -63,6 +63,7 @@ class RecordingStorage(FileMemoryStorage):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
+        folded: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> bool:
         RecordingStorage.saved.append(memory)
         return False if RecordingStorage.refuse_saves else super().save(memory, agent_name, user_id=user_id)

@@ -31,12 +31,15 @@ from memstore.ops.facts import (
     get_memory_data,
     search_memory_facts,
 )
+from memstore.queries import FactFilter, search_facts
 from memstore.scope import USER_ID_PATTERN, make_safe_user_id
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.loader import get_memory_storage
+from memstore.storage.records import SEARCH_MODES, SearchMode
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
 from tests.reliability.conftest import Record, configure
+from tests.support.openai_server import OpenAIStubServer
 
 EXAMPLES = settings(
     max_examples=25,
@@ -145,6 +148,73 @@ def test_random_operations_never_show_one_scope_another_scopes_data(provider: st
 
     run()
     record(provider=provider, scopes=len(SCOPES), **counts, leaks=0)
+
+
+semantic_operation: st.SearchStrategy[tuple[str, SearchMode, int]] = st.tuples(
+    st.sampled_from(["add", "add", "add", "delete", "clear", "search", "across"]),
+    st.sampled_from(SEARCH_MODES[1:]),
+    st.integers(0, len(SCOPES) - 1),
+)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_semantic_and_hybrid_search_never_return_another_scopes_fact(
+    backend: str, request: pytest.FixtureRequest, openai_server: OpenAIStubServer, record: Record
+) -> None:
+    """The same model check with embeddings on: every fact of a run shares its words with every other
+    (so each is a near neighbour of all the others), and search by meaning must still stay in scope."""
+    url = str(request.getfixturevalue(f"{backend}_url"))
+    configure(
+        database_url=url,
+        max_facts=500,
+        embedding_model="m",
+        embedding_base_url=openai_server.base_url,
+        embedding_provider="openai",
+        dedup_similarity=1.0,  # every fact stays: the model below counts them all
+    )
+    counts = {"examples": 0, "searches": 0}
+
+    @EXAMPLES
+    @given(st.lists(semantic_operation, min_size=1, max_size=20))
+    def run(ops: list[tuple[str, SearchMode, int]]) -> None:
+        run = next(_run)
+        scopes = [(None if u is None else f"r{run}{u}", a) for u, a in SCOPES]
+        for user, agent in scopes:
+            if user is None:
+                clear_memory_data(agent, user_id=None)
+        model: dict[tuple[str | None, str | None], dict[str, str]] = {}
+        for step, (kind, mode, target) in enumerate(ops):
+            user, agent = scopes[target]
+            key = (user, agent.lower() if agent else None)
+            facts = model.setdefault(key, {})
+            if kind == "add":
+                content = f"{tag(run, key)} n{step} shared words about green tea"
+                _, created = create_memory_fact_with_created_fact(
+                    content, "context", 0.9, agent, user_id=user
+                )
+                facts[str(created["id"])] = content
+            elif kind == "delete" and facts:
+                fact_id = sorted(facts)[0]
+                delete_memory_fact(fact_id, agent, user_id=user)
+                del facts[fact_id]
+            elif kind == "clear":
+                clear_memory_data(agent, user_id=user)
+                facts.clear()
+            elif kind == "search":
+                found = search_memory_facts("green tea", agent_name=agent, user_id=user, limit=100, mode=mode)
+                assert {f["content"] for f in found} == set(facts.values()), f"{mode} in {key}"
+                counts["searches"] += 1
+            elif kind == "across" and user is not None:
+                page = search_facts(
+                    "green tea", FactFilter(user_id=user, agent_name=key[1]), mode=mode, limit=100
+                )
+                assert {(f.user_id, f.agent_name) for f in page.facts} <= {key}, f"{mode} leak into {key}"
+                assert {f.content for f in page.facts} == set(facts.values())
+                counts["searches"] += 1
+        counts["examples"] += 1
+
+    run()
+    record(provider=backend, **counts, leaks=0)
 
 
 @EXAMPLES

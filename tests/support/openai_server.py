@@ -1,4 +1,4 @@
-"""A local OpenAI-compatible chat-completions server for tests.
+"""A local OpenAI-compatible chat-completions and embeddings server for tests.
 
 The real ``openai`` client talks to it over HTTP, so requests go through the same code
 path as production. Tests script the replies and read back what the server received.
@@ -6,7 +6,9 @@ path as production. Tests script the replies and read back what the server recei
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
 import threading
 import time
 from collections import deque
@@ -14,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.embedding_vectors import DIMENSION, term_vector
 
 # A reply is the assistant message content, or a callable that builds it (or an error) from the request body.
 Reply = str | Callable[[dict[str, Any]], "str | ScriptedError"]
@@ -38,8 +42,27 @@ class OpenAIStubServer:
     requests: list[dict[str, Any]] = field(default_factory=list)
     default_reply: Reply | None = None
     delay: Delay = 0.0
+    embedding_requests: list[dict[str, Any]] = field(default_factory=list)
+    embedding_dimension: int = DIMENSION
+    embedding_delay: float = 0.0
     _replies: deque[Reply | ScriptedError] = field(default_factory=deque)
+    _embedding_failure: ScriptedError | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail_embeddings(self, status: int | None) -> None:
+        """Answer every embeddings request with ``status`` from now on (``None``: answer again)."""
+        with self._lock:
+            self._embedding_failure = None if status is None else ScriptedError(status, "embeddings down")
+
+    def embeddings(self, body: dict[str, Any]) -> list[list[float]] | ScriptedError:
+        """The inputs' vectors (``embedding_vectors.term_vector``), or the scripted failure."""
+        with self._lock:
+            self.embedding_requests.append(body)
+            if self._embedding_failure is not None:
+                return self._embedding_failure
+        raw = body.get("input", [])
+        texts = [raw] if isinstance(raw, str) else list(raw)
+        return [term_vector(str(text), self.embedding_dimension) for text in texts]
 
     def script(self, *replies: Reply | ScriptedError) -> None:
         """Queue replies, consumed one per request in order; then ``default_reply`` applies."""
@@ -75,6 +98,9 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             body = json.loads(self.rfile.read(length) or b"{}")
+            if self.path.rstrip("/").endswith("/embeddings"):
+                self._embeddings(body)
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send(404, {"error": {"message": f"unknown path {self.path}"}})
                 return
@@ -104,6 +130,28 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 },
             )
+
+        def _embeddings(self, body: dict[str, Any]) -> None:
+            vectors = state.embeddings(body)
+            if state.embedding_delay > 0:
+                time.sleep(state.embedding_delay)
+            if isinstance(vectors, ScriptedError):
+                self._send(vectors.status, {"error": {"message": vectors.message, "type": "scripted"}})
+                return
+            data = [
+                {
+                    "object": "embedding",
+                    "index": index,
+                    "embedding": (
+                        base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode("ascii")
+                        if body.get("encoding_format") == "base64"
+                        else vector
+                    ),
+                }
+                for index, vector in enumerate(vectors)
+            ]
+            usage = {"prompt_tokens": 1, "total_tokens": 1}
+            self._send(200, {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage})
 
         def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
             data = json.dumps(payload).encode("utf-8")

@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         "core",
         ("memstore.errors", "memstore.document", "memstore.scope", "memstore.config", "memstore.retention"),
     ),
+    ("embedding", ("memstore.embedding",)),
     ("storage", ("memstore.storage",)),
     ("capture", ("memstore.capture",)),
     ("inject", ("memstore.inject",)),

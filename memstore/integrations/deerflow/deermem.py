@@ -25,7 +25,10 @@ in memstore's access tracking (``memstore.storage.sql.access``: in memory, writt
 it), so DeerMem's ``hybrid-v1`` capacity score sees real accesses. ``record_capacity_eviction``
 puts DeerMem's score and its parts on the audit rows of the deletions its save made
 (``memory_history.detail``). ``clear_fact_metadata`` does nothing: a deleted fact's signals go
-with its row.
+with its row. ``search_facts`` (DeerMem's retrieval hook, behind its ``memory_search`` tool) ranks
+each scope's facts with memstore's hybrid or semantic search when embeddings are configured, by
+BM25 otherwise. DeerMem's injection (``get_context``) carries no query, so it stays in DeerMem's
+confidence order.
 """
 
 from __future__ import annotations
@@ -36,10 +39,13 @@ import math
 from datetime import datetime
 from typing import Any, cast
 
+from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, format_timestamp
 from memstore.errors import RevisionConflictError, StorageWriteError
+from memstore.inject.relevance import bm25_scores, ranked_order
 from memstore.integrations.deerflow.deermem_facts import fact_revision, next_version, to_deermem, to_memstore
 from memstore.integrations.deerflow.opening import LazySql
+from memstore.ops.facts import rank_by_meaning
 from memstore.scope import make_safe_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.codec import INCARNATION_KEY
@@ -246,6 +252,48 @@ class DeerMemStore:
         self._sql.get().annotate_removals(
             self._bucket(agent_name), user_id=self._user(user_id), details=details
         )
+
+    def search_facts(
+        self,
+        query: str,
+        *,
+        scopes: list[dict[str, str | None]],
+        top_k: int = 10,
+        mode: str = "hybrid",
+        filters: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """DeerMem's retrieval hook (its ``memory_search`` tool): memstore's ranking in each scope.
+
+        ``hybrid`` and ``semantic`` rank by meaning with the configured ``embedding_provider``;
+        with none (or ``mode`` ``fulltext``), by BM25 over the scope's facts. Results are
+        DeerMem's ``{"fact", "score", "matchType"}``, best first; DeerMem counts their access.
+        """
+        text = query.strip() if isinstance(query, str) else ""
+        if not text or top_k <= 0:
+            return []
+        category = (filters or {}).get("category")
+        sql = self._sql.get()
+        meaning = mode in ("hybrid", "semantic") and get_memory_config().embedding_provider != "none"
+        found: list[dict[str, Any]] = []
+        for scope in scopes:
+            user, agent = scope.get("userId"), scope.get("agentName")
+            facts = [
+                fact
+                for fact in self.reload(agent or DEFAULT_AGENT_BUCKET, user_id=user)["facts"]
+                if category is None or fact.get("category") == category
+            ]
+            if meaning:
+                where = (self._user(user), self._bucket(agent))
+                ranked = rank_by_meaning(
+                    sql, facts, text, "semantic" if mode == "semantic" else "hybrid", where
+                )
+            else:
+                scores = bm25_scores(text, [str(fact.get("content", "")) for fact in facts])
+                ranked = [(facts[i], scores[i]) for i in ranked_order([s if s > 0 else None for s in scores])]
+            kind = mode if meaning else "fulltext"
+            found += [{"fact": fact, "score": float(score), "matchType": kind} for fact, score in ranked]
+        found.sort(key=lambda result: result["score"], reverse=True)
+        return found[:top_k]
 
     def clear_fact_metadata(
         self, *, agent_name: str, user_id: str | None = None, fact_ids: list[str] | None = None

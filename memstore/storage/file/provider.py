@@ -66,9 +66,10 @@ class FileMemoryStorage(FileOperations):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
+        folded: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> bool:
         """Write the document atomically; files keep no audit trail or signals (``removals``,
-        ``confirmed`` and ``origin`` are ignored)."""
+        ``confirmed``, ``folded`` and ``origin`` are ignored)."""
         scope = resolve_scope(agent_name, user_id)
         path = self.path_for(scope[1], user_id=scope[0])
         if document_too_deep(memory):

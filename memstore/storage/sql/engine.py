@@ -8,6 +8,7 @@ failing to upgrade a read lock; a writer may bring its own busy timeout
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sqlite3
@@ -18,6 +19,8 @@ from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import MemoryConfig
 from memstore.errors import ConfigError
@@ -32,6 +35,8 @@ SQLITE_BUSY_TIMEOUT_OPTION = "memstore_sqlite_busy_timeout_ms"
 
 # In text that is not a URL: "scheme://user:<this part>@host".
 _PASSWORD_LIKE = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+logger = logging.getLogger(__name__)
 
 _engines: dict[tuple[int, str], Engine] = {}
 _engines_lock = threading.Lock()
@@ -118,6 +123,21 @@ def _build_engine(url: URL) -> Engine:
     return engine
 
 
+def load_sqlite_vec(dbapi_connection: sqlite3.Connection) -> None:
+    """Load sqlite-vec for semantic search; without it (a Python built without extension loading)
+    search uses the exact scan, and ``memstore embed --status`` says so."""
+    try:
+        import sqlite_vec
+
+        dbapi_connection.enable_load_extension(True)
+        try:
+            sqlite_vec.load(dbapi_connection)
+        finally:
+            dbapi_connection.enable_load_extension(False)
+    except (ImportError, AttributeError, sqlite3.Error) as exc:
+        logger.debug("sqlite-vec not loaded, semantic search scans exactly: %s", exc)
+
+
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
@@ -129,6 +149,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
+        load_sqlite_vec(dbapi_connection)
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
@@ -144,3 +165,14 @@ def _configure_sqlite(engine: Engine) -> None:
             pooled.driver_connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
             pooled.info[SQLITE_BUSY_TIMEOUT_OPTION] = busy_ms
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Errors that say "the database is not reachable right now", as opposed to "this write is wrong".
+
+    That includes a lock or statement timeout (PostgreSQL 55P03 and 57014, SQLite's "database is
+    locked"): all OperationalErrors, retried later for that scope alone.
+    """
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
+    return isinstance(exc, SATimeoutError | DisconnectionError)

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
@@ -42,6 +43,9 @@ NAMING_CONVENTION = {
 Id = BigInteger().with_variant(Integer(), "sqlite")
 Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
 Timestamp = DateTime(timezone=True)
+# float32 little-endian bytes on SQLite (what sqlite-vec reads); ``real[]`` on PostgreSQL, which
+# pgvector casts to ``vector`` when the extension is installed.
+Vector = LargeBinary().with_variant(postgresql.ARRAY(postgresql.REAL()), "postgresql")
 
 
 class Base(DeclarativeBase):
@@ -145,6 +149,35 @@ class MemoryFact(Base):
         Index("ix_memory_facts_scope_id_category", "scope_id", "category"),
         Index("ix_memory_facts_created_at", "created_at"),
         Index("ix_memory_facts_category_created_at", "category", "created_at"),
+    )
+
+
+class MemoryFactEmbedding(Base):
+    """The embedding of one fact's content under one model: at most one per fact.
+
+    ``content_key`` is the fact's key when it was embedded; a vector whose key no longer matches
+    (the content was edited) is ignored until re-embedded. ``model`` and ``dimension`` say what
+    made it, so a model change is detected and never mixes incomparable vectors.
+    """
+
+    __tablename__ = "memory_fact_embeddings"
+
+    fact_row_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_facts.id", ondelete="CASCADE"), primary_key=True
+    )
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
+    )
+    model: Mapped[str] = mapped_column(String(255), nullable=False)
+    dimension: Mapped[int] = mapped_column(Integer, nullable=False)
+    content_key: Mapped[str] = mapped_column(Text, nullable=False)
+    vector: Mapped[Any] = mapped_column(Vector, nullable=False)
+    embedded_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
+
+    __table_args__ = (
+        CheckConstraint("dimension > 0", name="dimension_positive"),
+        Index("ix_memory_fact_embeddings_scope_id_model", "scope_id", "model"),
+        Index("ix_memory_fact_embeddings_model", "model"),
     )
 
 
@@ -265,6 +298,7 @@ scopes_table = _table(MemoryScope)
 sections_table = _table(MemorySection)
 facts_table = _table(MemoryFact)
 history_table = _table(MemoryHistory)
+embeddings_table = _table(MemoryFactEmbedding)
 erasures_table = _table(MemoryErasure)
 queue_table = _table(MemoryQueueItem)
 claims_table = _table(MemoryQueueClaim)

@@ -28,14 +28,7 @@ from typing import Any, cast
 
 from sqlalchemy import Connection, Engine, RootTransaction
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import (
-    DBAPIError,
-    DisconnectionError,
-    InterfaceError,
-    OperationalError,
-    SQLAlchemyError,
-)
-from sqlalchemy.exc import TimeoutError as SATimeoutError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory
@@ -57,6 +50,7 @@ from memstore.storage.sql.engine import (
     SQLITE_WRITE_OPTION,
     database_url_from_config,
     get_engine,
+    is_outage,
     mask_url,
 )
 from memstore.storage.sql.merge import Cap
@@ -72,9 +66,11 @@ from memstore.storage.sql.statements import (
     WRITE_TIMEOUTS,
     scope_keys,
 )
+from memstore.storage.sql.vector_store import SqlVectorStore
 from memstore.storage.sql.write import (
     annotate_deletions,
     apply_plan,
+    audit_folds,
     confirm_facts,
     inherit_signals,
     inherited_signals,
@@ -116,6 +112,9 @@ class SqlMemoryStorage(MemoryStorage):
         self._insert_scope = INSERT_SCOPE[self._engine.dialect.name]
         self._cache: dict[Scope, CacheEntry] = {}
         self._lock = threading.Lock()
+        self.vectors = SqlVectorStore(
+            self._engine, self._reader, write_options=self._write_options, unavailable=self._unavailable
+        )
         self._access = (
             access.AccessRecorder(
                 self._engine,
@@ -208,7 +207,7 @@ class SqlMemoryStorage(MemoryStorage):
     def _write_failed(self, exc: Exception, scope: Scope, doing: str) -> bool:
         """Log a failed write; an outage is raised so callers retry, anything else is ``False``."""
         logger.error("failed to %s for scope %s at %s: %s", doing, scope, self.url, self._describe(exc))
-        if _is_outage(exc):
+        if is_outage(exc):
             raise self._unavailable(exc, doing) from exc
         return False
 
@@ -223,11 +222,13 @@ class SqlMemoryStorage(MemoryStorage):
         lease: QueueLease | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
+        folded: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> bool:
         """Merge ``memory`` into the scope (see ``merge.py``); ``origin`` is recorded in the audit trail.
 
         ``removals`` reach the audit rows of the facts the save tombstones as ``detail``;
-        ``confirmed`` facts get ``last_confirmed_at`` in the same transaction (no content change).
+        ``confirmed`` and ``folded`` facts get ``last_confirmed_at`` in the same transaction (no
+        content change), and each fold an audit row of its own.
 
         With a queue ``lease``, a save that changes anything also completes the leased queue row
         in the same transaction, and raises ``LeaseLostError`` (saving nothing) when another
@@ -259,7 +260,8 @@ class SqlMemoryStorage(MemoryStorage):
                 cached=cached,
                 lease=lease,
                 removals=removals or {},
-                confirmed=list(confirmed),
+                confirmed=[*confirmed, *(folded or {})],
+                folded=folded or {},
             )
         except (SQLAlchemyError, UnicodeError) as exc:
             return self._write_failed(exc, scope, "save memory")
@@ -339,6 +341,7 @@ class SqlMemoryStorage(MemoryStorage):
         lease: QueueLease | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: list[str] | None = None,
+        folded: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> CacheEntry | None:
         """Run the save transaction; returns what to cache, or None when there is nothing to cache.
 
@@ -380,6 +383,9 @@ class SqlMemoryStorage(MemoryStorage):
                         plan.removal_detail[fact_id] = dict(removals[fact_id])
                 if not plan.changed and clear:
                     return None
+                if folded and not created:
+                    revision = plan.revision if plan.changed else scope_row.revision
+                    audit_folds(conn, scope_row.scope_id, revision, now, origin, folded)
                 if not plan.changed:
                     if lease is not None and not created:
                         # Nothing to save, but the conversation is done: settle it right here.
@@ -432,14 +438,3 @@ class SqlMemoryStorage(MemoryStorage):
         if password:
             message = message.replace(str(password), "***")
         return message
-
-
-def _is_outage(exc: BaseException) -> bool:
-    """Errors that say "the database is not reachable right now", as opposed to "this write is wrong".
-
-    That includes a lock or statement timeout (PostgreSQL 55P03 and 57014, SQLite's "database is
-    locked"): all OperationalErrors, retried later for that scope alone.
-    """
-    if isinstance(exc, DBAPIError):
-        return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
-    return isinstance(exc, SATimeoutError | DisconnectionError)

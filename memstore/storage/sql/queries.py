@@ -53,7 +53,7 @@ logger = logging.getLogger(__name__)
 
 _fts = table(FTS_TABLE, column("rowid"))
 
-_FACT_COLUMNS = (
+RECORD_COLUMNS = (
     _scopes.c.user_id,
     _scopes.c.agent_name,
     _facts.c.fact_id,
@@ -66,7 +66,7 @@ _FACT_COLUMNS = (
     _facts.c.last_accessed_at,
     _facts.c.access_count,
 )
-_LIVE_FACTS = _facts.join(_scopes, _scopes.c.id == _facts.c.scope_id)
+LIVE_FACTS = _facts.join(_scopes, _scopes.c.id == _facts.c.scope_id)
 
 
 _ORDERS: dict[str, tuple[Any, ...]] = {
@@ -91,16 +91,16 @@ def query_facts(
     Without ``search``, ``order`` picks the order; ``score`` reads every matching fact (at most
     ``MAX_SCORED_FACTS``) because the score depends on the time of the query.
     """
-    conditions = _conditions(where)
+    conditions = fact_conditions(where)
     page: FactPage
     if search is None:
         with engine.connect() as conn:
-            query = select(*_FACT_COLUMNS).select_from(_LIVE_FACTS).where(*conditions)
+            query = select(*RECORD_COLUMNS).select_from(LIVE_FACTS).where(*conditions)
             if order != "score":
-                page = _page(conn, query, _ORDERS[order], limit, offset, "filter")
+                page = fact_page(conn, query, _ORDERS[order], limit, offset, "filter")
                 return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
             rows = conn.execute(query.order_by(*_ORDERS["newest"]).limit(MAX_SCORED_FACTS + 1)).all()
-        ranked = by_score([_record(row) for row in rows], policy, datetime.now(UTC))
+        ranked = by_score([fact_record(row) for row in rows], policy, datetime.now(UTC))
         return FactPage(ranked[offset : offset + limit], len(ranked), limit, offset, "filter")
     page = _search(engine, search, conditions, limit, offset)
     return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
@@ -119,8 +119,8 @@ def _search(
     logger.info("full-text search for %r served by substring matching: %s", search, reason)
     terms = [_facts.c.content.icontains(term, autoescape=True) for term in substring_terms(search)]
     with engine.connect() as conn:
-        query = select(*_FACT_COLUMNS).select_from(_LIVE_FACTS).where(*conditions, *terms)
-        return _page(conn, query, (_facts.c.confidence.desc(), _facts.c.id), limit, offset, "substring")
+        query = select(*RECORD_COLUMNS).select_from(LIVE_FACTS).where(*conditions, *terms)
+        return fact_page(conn, query, (_facts.c.confidence.desc(), _facts.c.id), limit, offset, "substring")
 
 
 def _fulltext(
@@ -131,8 +131,8 @@ def _fulltext(
         # bm25() is lower-is-better; negate it so every rank reads "higher is better".
         rank: ColumnElement[Any] = -func.bm25(literal_column(FTS_TABLE))
         query = (
-            select(*_FACT_COLUMNS, rank.label("rank"))
-            .select_from(_fts.join(_LIVE_FACTS, _facts.c.id == _fts.c.rowid))
+            select(*RECORD_COLUMNS, rank.label("rank"))
+            .select_from(_fts.join(LIVE_FACTS, _facts.c.id == _fts.c.rowid))
             .where(match, *conditions)
         )
     else:
@@ -144,15 +144,15 @@ def _fulltext(
         # mentions the word in passing, as with SQLite's bm25.
         rank = func.ts_rank(vector, terms, 1)
         query = (
-            select(*_FACT_COLUMNS, rank.label("rank"))
-            .select_from(_LIVE_FACTS)
+            select(*RECORD_COLUMNS, rank.label("rank"))
+            .select_from(LIVE_FACTS)
             .where(vector.op("@@")(terms), *conditions)
         )
     order = (rank.desc(), _facts.c.confidence.desc(), _facts.c.id)
-    return _page(conn, query, order, limit, offset, "fulltext")
+    return fact_page(conn, query, order, limit, offset, "fulltext")
 
 
-def _page(
+def fact_page(
     conn: Connection,
     query: Select[Any],
     order: Sequence[Any],
@@ -162,10 +162,10 @@ def _page(
 ) -> FactPage:
     total = conn.execute(select(func.count()).select_from(query.order_by(None).subquery())).scalar_one()
     rows = conn.execute(query.order_by(*order).limit(limit).offset(offset)).all()
-    return FactPage([_record(row) for row in rows], total, limit, offset, mode)
+    return FactPage([fact_record(row) for row in rows], total, limit, offset, mode)
 
 
-def _record(row: Any) -> FactRecord:
+def fact_record(row: Any, *, rank: float | None = None) -> FactRecord:
     return FactRecord(
         user_id=row.user_id,
         agent_name=row.agent_name,
@@ -175,7 +175,7 @@ def _record(row: Any) -> FactRecord:
         confidence=row.confidence,
         created_at=as_utc(row.created_at),
         source=row.source,
-        rank=getattr(row, "rank", None),
+        rank=rank if rank is not None else getattr(row, "rank", None),
         last_confirmed_at=as_utc(row.last_confirmed_at),
         last_accessed_at=as_utc(row.last_accessed_at),
         access_count=row.access_count,
@@ -193,7 +193,7 @@ def _scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
     return conditions
 
 
-def _conditions(where: FactFilter) -> list[ColumnElement[bool]]:
+def fact_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
     conditions = [_facts.c.deleted_revision.is_(None), *_scope_conditions(where)]
     if where.category is not None:
         conditions.append(_facts.c.category == where.category)

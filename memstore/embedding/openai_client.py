@@ -1,0 +1,95 @@
+"""``openai``: any OpenAI-compatible ``/v1/embeddings`` endpoint, through the official client.
+
+Its base URL, key and model may differ from the chat endpoint's (each defaults to the LLM's).
+Texts go in batches of ``embedding_batch_size``; the client's own retries are off, as for the LLM,
+so ``embedding_timeout_seconds`` bounds a call (a query's call, which runs on the request path,
+at most half of ``memory_context_timeout_seconds``). The reply is checked before any vector is used:
+one finite vector per text, all of one length (``embedding_dimensions`` when set).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+from openai import APIConnectionError, APIStatusError, OpenAI, OpenAIError, omit
+
+from memstore.config import MemoryConfig
+from memstore.embedding.base import MAX_EMBED_CHARS
+from memstore.embedding.vectors import normalized
+from memstore.errors import ConfigError, EmbeddingError, EmbeddingUnavailableError
+
+PLACEHOLDER_API_KEY = "not-needed"
+
+
+def _failure(exc: OpenAIError) -> EmbeddingError:
+    """Connection trouble and 408/409/429/5xx may pass later; anything else will not."""
+    transient = isinstance(exc, APIConnectionError) or (
+        isinstance(exc, APIStatusError) and (exc.status_code in (408, 409, 429) or exc.status_code >= 500)
+    )
+    kind = EmbeddingUnavailableError if transient else EmbeddingError
+    return kind(f"the embeddings endpoint failed: {type(exc).__name__}: {exc}")
+
+
+class OpenAIEmbedder:
+    def __init__(self, config: MemoryConfig) -> None:
+        if not config.embedding_model:
+            raise ConfigError("embedding_provider 'openai' needs embedding_model (MEMSTORE_EMBEDDING_MODEL)")
+        self._name = config.embedding_model
+        # The requested length is part of the identity: shortened vectors are not comparable.
+        suffix = f"@{config.embedding_dimensions}" if config.embedding_dimensions else ""
+        self.model = f"openai:{config.embedding_model}{suffix}"
+        self._dimensions = config.embedding_dimensions
+        self._batch = config.embedding_batch_size
+        # A query is embedded on the request path: leave memory_context half its time for the rest.
+        self._query_timeout = min(config.embedding_timeout_seconds, config.memory_context_timeout_seconds / 2)
+        secret = config.embedding_api_key or config.llm_api_key
+        self._client = OpenAI(
+            base_url=config.embedding_base_url or config.llm_base_url,
+            api_key=secret.get_secret_value() if secret else PLACEHOLDER_API_KEY,
+            timeout=config.embedding_timeout_seconds,
+            max_retries=0,
+        )
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        rows: list[list[float]] = []
+        for start in range(0, len(texts), self._batch):
+            rows.extend(self._call([text[:MAX_EMBED_CHARS] for text in texts[start : start + self._batch]]))
+        if not rows:
+            return np.zeros((0, self._dimensions or 0), dtype=np.float32)
+        return normalized(np.asarray(rows, dtype=np.float32))
+
+    def embed_query(self, text: str) -> np.ndarray:
+        rows = self._call([text[:MAX_EMBED_CHARS]], timeout=self._query_timeout)
+        first: np.ndarray = normalized(np.asarray(rows, dtype=np.float32))[0]
+        return first
+
+    def _call(self, batch: list[str], *, timeout: float | None = None) -> list[list[float]]:
+        client = self._client if timeout is None else self._client.with_options(timeout=timeout)
+        try:
+            reply = client.embeddings.create(
+                model=self._name,
+                input=batch,
+                encoding_format="float",
+                dimensions=self._dimensions if self._dimensions else omit,
+            )
+        except OpenAIError as exc:
+            raise _failure(exc) from exc
+        data = sorted(reply.data, key=lambda item: item.index)
+        if len(data) != len(batch) or [item.index for item in data] != list(range(len(batch))):
+            raise EmbeddingError(
+                f"the embeddings endpoint returned {len(data)} vectors for {len(batch)} texts"
+            )
+        vectors = [list(item.embedding) for item in data]
+        lengths = {len(vector) for vector in vectors}
+        expected = self._dimensions or next(iter(lengths))
+        if lengths != {expected} or expected == 0:
+            raise EmbeddingError(
+                f"the embeddings endpoint returned vectors of length {sorted(lengths)}, not {expected}"
+            )
+        if not all(
+            isinstance(value, float | int) and math.isfinite(value) for vector in vectors for value in vector
+        ):
+            raise EmbeddingError("the embeddings endpoint returned a non-finite or non-numeric value")
+        return vectors

@@ -1,0 +1,28 @@
+"""Vectors as stored: float32, little-endian bytes, L2-normalised rows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memstore.errors import EmbeddingError
+
+_FLOAT32 = np.dtype("<f4")
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=_FLOAT32).tobytes()
+
+
+def from_blob(blob: bytes, dimension: int) -> np.ndarray:
+    """The vector stored as ``blob``; a length that is not ``dimension`` floats is an error, not a guess."""
+    if len(blob) != dimension * _FLOAT32.itemsize:
+        raise EmbeddingError(f"a stored vector has {len(blob)} bytes, not {dimension} float32 values")
+    return np.frombuffer(blob, dtype=_FLOAT32).astype(np.float32)
+
+
+def normalized(matrix: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length, as float32, so a dot product is the cosine (zero rows stay zero)."""
+    rows = np.asarray(matrix, dtype=np.float32)
+    norms = np.linalg.norm(rows, axis=-1, keepdims=True)
+    unit: np.ndarray = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    return unit

@@ -1,0 +1,250 @@
+"""Query-aware ranking of a scope's facts by reciprocal rank fusion (RRF).
+
+Four rankings of the scope's facts are fused, each contributing ``weight / (k + rank)`` for the
+facts it ranks (rank 1 is best):
+
+- **semantic**: cosine similarity of the fact's vector to the query's (facts with a vector);
+- **full-text**: BM25 of the query's terms in the fact's text (facts sharing at least one term);
+  terms are lower-cased words, and character bigrams for Chinese, Japanese and Korean text, which
+  has no spaces to split words at;
+- **confidence**: every fact, highest first;
+- **recency**: every fact, newest ``createdAt`` first (undated facts last).
+
+``score(fact) = Σ weight_r / (k + rank_r(fact))`` with ``relevance_rrf_k`` (60) and the
+``relevance_*_weight`` settings (1.0, 1.0, 0.1, 0.05). Fusion works on ranks, not raw scores, so a
+cosine of 0.83 and a BM25 of 7.1 never need a common scale, and a fact that only one ranking likes
+still has a place. Ties keep the stored order. ``render.render_memory`` takes the scores; the
+guaranteed categories still come first, from their own budget.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from memstore.config import MemoryConfig
+from memstore.document import coerce_confidence, parse_timestamp
+
+MAX_QUERY_CHARS = 2000
+"""Only the start of a longer query is ranked against (a pasted document is not a question)."""
+
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
+STOP_WORDS = frozenset(
+    {
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "but",
+        "by",
+        "can",
+        "could",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "how",
+        "i",
+        "if",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "me",
+        "my",
+        "of",
+        "on",
+        "or",
+        "our",
+        "should",
+        "so",
+        "that",
+        "the",
+        "their",
+        "them",
+        "they",
+        "this",
+        "to",
+        "was",
+        "we",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "why",
+        "will",
+        "with",
+        "would",
+        "you",
+        "your",
+    }
+)
+"""English function words: shared by questions and facts alike, they rank nothing."""
+_BM25_K1 = 1.2
+_BM25_B = 0.75
+
+
+@dataclass(frozen=True)
+class RelevanceWeights:
+    k: int
+    semantic: float
+    fulltext: float
+    confidence: float
+    recency: float
+
+    @classmethod
+    def of(cls, config: MemoryConfig) -> RelevanceWeights:
+        return cls(
+            config.relevance_rrf_k,
+            config.relevance_semantic_weight,
+            config.relevance_fulltext_weight,
+            config.relevance_confidence_weight,
+            config.relevance_recency_weight,
+        )
+
+
+def text_terms(text: str) -> tuple[str, ...]:
+    """Lower-cased words; runs of CJK characters become their character bigrams (or the lone character)."""
+    terms: list[str] = []
+    for word in _WORD.findall(text.casefold()):
+        start = 0
+        for run in _CJK.finditer(word):
+            if run.start() > start:
+                terms.append(word[start : run.start()])
+            chars = run.group()
+            terms.extend([chars] if len(chars) == 1 else [chars[i : i + 2] for i in range(len(chars) - 1)])
+            start = run.end()
+        if start < len(word):
+            terms.append(word[start:])
+    return tuple(terms)
+
+
+@lru_cache(maxsize=20_000)
+def _term_counts(text: str) -> tuple[int, dict[str, int]]:
+    """A stored text's length in terms and its term counts, cached: facts recur on every request."""
+    terms = text_terms(text)
+    return len(terms), dict(Counter(terms))
+
+
+def bm25_scores(query: str, texts: Sequence[str]) -> list[float]:
+    """BM25 of ``query``'s terms in each text, with document frequencies from ``texts`` themselves."""
+    wanted = set(text_terms(query[:MAX_QUERY_CHARS])) - STOP_WORDS
+    if not wanted or not texts:
+        return [0.0] * len(texts)
+    documents = [_term_counts(text) for text in texts]
+    count = len(documents)
+    average = sum(length for length, _ in documents) / count or 1.0
+    frequency = Counter(term for _, counts in documents for term in wanted if term in counts)
+    # A term in most of the texts ("user", 用户) tells them apart from nothing: it would only hand
+    # every text a rank, which fusion would read as a match.
+    idf = {
+        term: math.log(1 + (count - n + 0.5) / (n + 0.5))
+        for term, n in frequency.items()
+        if n <= max(1, count // 2)
+    }
+    scores = []
+    for length, counts in documents:
+        score = 0.0
+        for term, weight in idf.items():
+            n = counts.get(term)
+            if n:
+                norm = _BM25_K1 * (1 - _BM25_B + _BM25_B * length / average)
+                score += weight * n * (_BM25_K1 + 1) / (n + norm)
+        scores.append(score)
+    return scores
+
+
+def ranked_order(values: Sequence[float | None]) -> list[int]:
+    """Indices of the ranked values, highest first, ties in input order; ``None`` is unranked."""
+    return sorted(
+        (i for i, value in enumerate(values) if value is not None), key=lambda i: -(values[i] or 0.0)
+    )
+
+
+def fuse_rankings(rankings: Sequence[tuple[float, Sequence[Hashable]]], k: int) -> dict[Hashable, float]:
+    """Reciprocal rank fusion: each ``(weight, keys best first)`` adds ``weight / (k + rank)``."""
+    fused: dict[Hashable, float] = {}
+    for weight, keys in rankings:
+        if weight <= 0:
+            continue
+        for rank, key in enumerate(keys, start=1):
+            fused[key] = fused.get(key, 0.0) + weight / (k + rank)
+    return fused
+
+
+def _created(fact: Mapping[Any, Any]) -> float | None:
+    raw = fact.get("createdAt")
+    return _timestamp(raw) if isinstance(raw, str) else None
+
+
+@lru_cache(maxsize=20_000)
+def _timestamp(raw: str) -> float | None:
+    parsed = parse_timestamp(raw)
+    return parsed.timestamp() if parsed is not None else None
+
+
+def _confidence(fact: Mapping[Any, Any]) -> float:
+    raw = fact.get("confidence")
+    if type(raw) is float and 0.0 <= raw <= 1.0:  # the common case, without the full coercion
+        return raw
+    return coerce_confidence(raw, 0.0)
+
+
+def similarities(
+    facts: Sequence[Mapping[Any, Any]], query_vector: np.ndarray, vectors: Mapping[str, np.ndarray]
+) -> list[float | None]:
+    """Cosine similarity of each fact to the query (vectors are normalised); ``None`` without a vector
+    of the query's length (one stored before ``embedding_dimensions`` changed is not comparable)."""
+    scores: list[float | None] = [None] * len(facts)
+    shape = query_vector.shape
+    with_vector = [
+        i
+        for i, fact in enumerate(facts)
+        if isinstance(fact.get("id"), str) and fact["id"] in vectors and vectors[fact["id"]].shape == shape
+    ]
+    if with_vector:
+        matrix = np.stack([vectors[facts[i]["id"]] for i in with_vector])
+        for i, score in zip(with_vector, (matrix @ query_vector).tolist(), strict=True):
+            scores[i] = score
+    return scores
+
+
+def fused_scores(
+    facts: Sequence[Mapping[Any, Any]],
+    query: str,
+    query_vector: np.ndarray,
+    vectors: Mapping[str, np.ndarray],
+    weights: RelevanceWeights,
+) -> list[float]:
+    """The RRF score of each of ``facts`` (same order) for ``query``; higher is more relevant."""
+    texts = [fact.get("content") if isinstance(fact.get("content"), str) else "" for fact in facts]
+    semantic = similarities(facts, query_vector, vectors)
+    lexical = [score if score > 0 else None for score in bm25_scores(query, texts)]  # type: ignore[arg-type]
+    confidence = [_confidence(fact) for fact in facts]
+    recency = [_created(fact) for fact in facts]
+    fused = fuse_rankings(
+        [
+            (weights.semantic, ranked_order(semantic)),
+            (weights.fulltext, ranked_order(lexical)),
+            (weights.confidence, ranked_order(confidence)),
+            (weights.recency, ranked_order(recency)),
+        ],
+        weights.k,
+    )
+    return [fused.get(i, 0.0) for i in range(len(facts))]

@@ -1,0 +1,180 @@
+"""Fact vectors in ``memory_fact_embeddings``: write, read per scope, find what is missing.
+
+A vector belongs to one fact row and is valid only while its ``content_key`` equals the fact's
+and its ``model`` is the configured one; anything else counts as missing, so an edited fact or a
+model change never ranks by a vector of other text or another model. Writing a vector is not a
+content change: no revision, no audit row, no cache invalidation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select
+
+from memstore.document import fact_content_key
+from memstore.embedding.vectors import from_blob, to_blob
+from memstore.scope import Scope
+from memstore.storage.sql.models import embeddings_table as _vectors
+from memstore.storage.sql.models import facts_table as _facts
+from memstore.storage.sql.models import scopes_table as _scopes
+from memstore.storage.sql.statements import MAX_BOUND_IDS, SCOPE_MATCH, scope_keys
+from memstore.storage.vectors import UnembeddedFact
+
+_CURRENT = and_(
+    _vectors.c.fact_row_id == _facts.c.id,
+    _vectors.c.model == bindparam("b_model"),
+    _vectors.c.content_key == _facts.c.content_key,
+)
+_LIVE_IN_SCOPE = (
+    select(_facts.c.id)
+    .join(_scopes, _scopes.c.id == _facts.c.scope_id)
+    .where(SCOPE_MATCH, _facts.c.deleted_revision.is_(None))
+)
+
+_SCOPE_VECTORS = (
+    select(_facts.c.fact_id, _vectors.c.content_key, _vectors.c.vector, _vectors.c.dimension)
+    .select_from(_facts.join(_scopes, _scopes.c.id == _facts.c.scope_id).join(_vectors, _CURRENT))
+    .where(
+        SCOPE_MATCH,
+        _facts.c.deleted_revision.is_(None),
+        _facts.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
+    )
+)
+
+_DELETE_VECTOR = delete(_vectors).where(
+    _vectors.c.fact_row_id.in_(
+        _LIVE_IN_SCOPE.where(
+            _facts.c.fact_id == bindparam("b_fact_id"), _facts.c.content_key == bindparam("b_content_key")
+        ).scalar_subquery()
+    )
+)
+# Only for a live fact whose content is still what was embedded: a fact edited or deleted while
+# its text was with the embedding endpoint gets no vector (it is embedded again later).
+_INSERT_VECTOR = insert(_vectors).from_select(
+    ["fact_row_id", "scope_id", "model", "dimension", "content_key", "vector", "embedded_at"],
+    select(
+        _facts.c.id,
+        _facts.c.scope_id,
+        bindparam("b_model"),
+        bindparam("b_dimension"),
+        _facts.c.content_key,
+        bindparam("b_vector", type_=_vectors.c.vector.type),
+        bindparam("b_now", type_=_vectors.c.embedded_at.type),
+    )
+    .join(_scopes, _scopes.c.id == _facts.c.scope_id)
+    .where(
+        SCOPE_MATCH,
+        _facts.c.deleted_revision.is_(None),
+        _facts.c.fact_id == bindparam("b_fact_id"),
+        _facts.c.content_key == bindparam("b_content_key"),
+    ),
+)
+
+_FACT_ROW = (_facts.c.id, _scopes.c.user_id, _scopes.c.agent_name, _facts.c.fact_id, _facts.c.content)
+_IN_ORDER = (_facts.c.deleted_revision.is_(None), _facts.c.id > bindparam("b_after"))
+_LIVE_BY_ROW = (
+    select(*_FACT_ROW)
+    .select_from(_facts.join(_scopes, _scopes.c.id == _facts.c.scope_id))
+    .where(*_IN_ORDER)
+    .order_by(_facts.c.id)
+    .limit(bindparam("b_limit"))
+)
+_MISSING = (
+    select(*_FACT_ROW)
+    .select_from(_facts.join(_scopes, _scopes.c.id == _facts.c.scope_id).outerjoin(_vectors, _CURRENT))
+    .where(*_IN_ORDER, _vectors.c.fact_row_id.is_(None))
+    .order_by(_facts.c.id)
+    .limit(bindparam("b_limit"))
+)
+
+_MODEL_COUNTS = (
+    select(_vectors.c.model, _vectors.c.dimension, func.count())
+    .select_from(_vectors.join(_facts, _facts.c.id == _vectors.c.fact_row_id))
+    .where(_facts.c.deleted_revision.is_(None), _vectors.c.content_key == _facts.c.content_key)
+    .group_by(_vectors.c.model, _vectors.c.dimension)
+    .order_by(_vectors.c.model)
+)
+_LIVE_COUNT = select(func.count()).select_from(_facts).where(_facts.c.deleted_revision.is_(None))
+
+
+def vector_parameter(dialect: str, vector: np.ndarray) -> Any:
+    """``vector`` as the column takes it: float32 bytes on SQLite, a float list for ``real[]``."""
+    if dialect == "postgresql":
+        return [float(value) for value in vector]
+    return to_blob(vector)
+
+
+def vector_value(raw: Any, dimension: int) -> np.ndarray:
+    """A stored vector as float32, whichever way the dialect returned it."""
+    if isinstance(raw, bytes | bytearray | memoryview):
+        return from_blob(bytes(raw), dimension)
+    return np.asarray(raw, dtype=np.float32)
+
+
+def scope_vectors(
+    conn: Connection, scope: Scope, model: str, fact_ids: Sequence[str]
+) -> dict[str, tuple[str, np.ndarray]]:
+    """The valid vectors of the named live facts: fact id to (content key, vector)."""
+    found: dict[str, tuple[str, np.ndarray]] = {}
+    keys = scope_keys(scope)
+    for start in range(0, len(fact_ids), MAX_BOUND_IDS):
+        chunk = list(fact_ids[start : start + MAX_BOUND_IDS])
+        rows = conn.execute(_SCOPE_VECTORS, {**keys, "b_model": model, "b_fact_ids": chunk})
+        for row in rows:
+            found[row.fact_id] = (row.content_key, vector_value(row.vector, row.dimension))
+    return found
+
+
+def store_vectors(
+    conn: Connection,
+    scope: Scope,
+    model: str,
+    items: Iterable[tuple[str, str, np.ndarray]],
+    now: datetime,
+) -> int:
+    """Replace the vectors of ``(fact id, embedded content, vector)``; returns how many were written."""
+    keys = scope_keys(scope)
+    dialect = conn.dialect.name
+    written = 0
+    for fact_id, content, vector in items:
+        bound = {**keys, "b_fact_id": fact_id, "b_content_key": fact_content_key(content)}
+        conn.execute(_DELETE_VECTOR, bound)
+        result = conn.execute(
+            _INSERT_VECTOR,
+            {
+                **bound,
+                "b_model": model,
+                "b_dimension": int(vector.shape[0]),
+                "b_vector": vector_parameter(dialect, vector),
+                "b_now": now,
+            },
+        )
+        written += max(result.rowcount, 0)
+    return written
+
+
+def unembedded_facts(
+    conn: Connection, model: str, *, limit: int, after: int = 0, scope: Scope | None = None
+) -> list[UnembeddedFact]:
+    """Live facts without a valid vector under ``model``, in row order from ``after``."""
+    query = _MISSING
+    params: dict[str, Any] = {"b_model": model, "b_after": after, "b_limit": limit}
+    if scope is not None:
+        query = query.where(SCOPE_MATCH)
+        params.update(scope_keys(scope))
+    return [UnembeddedFact(*row) for row in conn.execute(query, params)]
+
+
+def all_live_facts(conn: Connection, *, limit: int, after: int = 0) -> list[UnembeddedFact]:
+    """Every live fact by row id, for a rebuild that re-embeds what already has a vector."""
+    return [UnembeddedFact(*row) for row in conn.execute(_LIVE_BY_ROW, {"b_after": after, "b_limit": limit})]
+
+
+def vector_counts(conn: Connection) -> tuple[int, dict[tuple[str, int], int]]:
+    """How many live facts exist, and their valid vectors per (model, dimension)."""
+    vectors = {(row[0], row[1]): row[2] for row in conn.execute(_MODEL_COUNTS)}
+    return conn.execute(_LIVE_COUNT).scalar_one(), vectors

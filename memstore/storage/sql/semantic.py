@@ -1,0 +1,139 @@
+"""Cross-scope semantic search: the facts whose vectors are nearest a query vector.
+
+Three backends, picked per query by what the database can do (``vector_backend``):
+
+- ``sqlite-vec``: the extension the engine loads into every SQLite connection when the
+  ``sqlite-vec`` package is installed; ``vec_distance_cosine`` runs over the stored float32
+  blobs in C (an exact scan, no approximate index).
+- ``pgvector``: when ``CREATE EXTENSION vector`` has been run, ``real[]`` is cast to
+  ``vector(n)`` and ordered by ``<=>`` (cosine distance); an HNSW expression index on that cast
+  serves it (see docs/operations.md).
+- ``exact``: otherwise, vectors are streamed in chunks and scored with numpy, keeping only the
+  best ``offset + limit``. Correct everywhere, linear in the number of vectors.
+
+Every backend applies the same ``FactFilter`` conditions as full-text search, so a search for
+one user never sees another user's facts. Similarity is cosine (vectors are stored normalised),
+reported as the record's ``rank``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any, Literal
+
+import numpy as np
+from sqlalchemy import Connection, Engine, Float, LargeBinary, bindparam, cast, func, select, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.types import UserDefinedType
+
+from memstore.embedding.vectors import to_blob
+from memstore.storage.records import FactFilter, FactPage
+from memstore.storage.sql.embeddings import vector_value
+from memstore.storage.sql.models import embeddings_table as _vectors
+from memstore.storage.sql.models import facts_table as _facts
+from memstore.storage.sql.queries import LIVE_FACTS, RECORD_COLUMNS, fact_conditions, fact_page, fact_record
+
+VectorBackend = Literal["sqlite-vec", "pgvector", "exact"]
+_SCAN_CHUNK = 5000
+
+_WITH_VECTOR = LIVE_FACTS.join(
+    _vectors,
+    (_vectors.c.fact_row_id == _facts.c.id) & (_vectors.c.content_key == _facts.c.content_key),
+)
+
+
+def vector_backend(conn: Connection) -> VectorBackend:
+    """What serves semantic search on this connection's database (checked per call; it is cheap)."""
+    if conn.dialect.name == "sqlite":
+        try:
+            conn.execute(text("SELECT vec_version()"))
+        except DBAPIError:
+            return "exact"
+        return "sqlite-vec"
+    found = conn.execute(text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).first()
+    return "pgvector" if found is not None else "exact"
+
+
+def nearest_facts(
+    engine: Engine, where: FactFilter, vector: np.ndarray, *, model: str, limit: int, offset: int
+) -> FactPage:
+    """Live facts matching ``where`` ranked by cosine similarity to ``vector`` under ``model``."""
+    dimension = int(vector.shape[0])
+    conditions = [
+        *fact_conditions(where),
+        _vectors.c.model == bindparam("b_model", model),
+        _vectors.c.dimension == dimension,
+    ]
+    with engine.connect() as conn:
+        backend = vector_backend(conn)
+        if backend == "exact":
+            return _exact(conn, conditions, vector, limit, offset)
+        similarity = _similarity(backend, vector, dimension)
+        query = select(*RECORD_COLUMNS, similarity.label("rank")).select_from(_WITH_VECTOR).where(*conditions)
+        order = (similarity.desc(), _facts.c.confidence.desc(), _facts.c.id)
+        return fact_page(conn, query, order, limit, offset, f"semantic:{backend}")
+
+
+class _PgVector(UserDefinedType[Any]):
+    """pgvector's ``vector(n)``, named only in casts: no column has this type."""
+
+    cache_ok = True
+
+    def __init__(self, dimension: int) -> None:
+        self.dimension = dimension
+
+    def get_col_spec(self, **_: Any) -> str:
+        return f"vector({self.dimension})"
+
+
+def _similarity(backend: VectorBackend, vector: np.ndarray, dimension: int) -> ColumnElement[float]:
+    if backend == "sqlite-vec":
+        blob = bindparam("b_query", to_blob(vector), type_=LargeBinary())
+        return 1 - func.vec_distance_cosine(_vectors.c.vector, blob)
+    literal = "[" + ",".join(repr(float(value)) for value in vector) + "]"
+    distance = cast(_vectors.c.vector, _PgVector(dimension)).op("<=>", return_type=Float())(
+        cast(bindparam("b_query", literal), _PgVector(dimension))
+    )
+    return 1 - distance
+
+
+def _exact(
+    conn: Connection, conditions: list[ColumnElement[bool]], vector: np.ndarray, limit: int, offset: int
+) -> FactPage:
+    """Score every candidate vector with numpy, a chunk at a time, keeping the best ``offset + limit``."""
+    keep = offset + limit
+    best: list[tuple[float, int]] = []  # a min-heap of (similarity, -row id): ties favour older rows
+    total = 0
+    scan = (
+        select(_facts.c.id, _vectors.c.vector, _vectors.c.dimension)
+        .select_from(_WITH_VECTOR)
+        .where(*conditions)
+    )
+    result = conn.execution_options(yield_per=_SCAN_CHUNK).execute(scan)
+    for chunk in result.partitions(_SCAN_CHUNK):
+        matrix = np.stack([vector_value(row.vector, row.dimension) for row in chunk])
+        scores = matrix @ vector
+        total += len(chunk)
+        for row, score in zip(chunk, scores.tolist(), strict=True):
+            item = (score, -row.id)
+            if len(best) < keep:
+                heapq.heappush(best, item)
+            elif item > best[0]:
+                heapq.heapreplace(best, item)
+    ranked = sorted(best, reverse=True)[offset:]
+    if not ranked:
+        return FactPage([], total, limit, offset, "semantic:exact")
+    ids = [-row_id for _, row_id in ranked]
+    rows = conn.execute(
+        select(*RECORD_COLUMNS, _facts.c.id.label("row_id"))
+        .select_from(LIVE_FACTS)
+        .where(_facts.c.id.in_(ids))
+    ).all()
+    by_id = {row.row_id: row for row in rows}
+    records = [
+        fact_record(by_id[row_id], rank=score)
+        for score, row_id in ((s, -r) for s, r in ranked)
+        if row_id in by_id
+    ]
+    return FactPage(records, total, limit, offset, "semantic:exact")

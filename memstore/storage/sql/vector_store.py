@@ -1,0 +1,126 @@
+"""``SqlVectorStore``: the SQL provider's ``VectorStore``, with a bounded per-process vector cache.
+
+Query-aware injection ranks a scope's facts on every request, so the scope's vectors are cached
+by fact id together with the content key they were made from. A fact whose content key differs
+from the cached one (edited), or that the cache lacks (new, or embedded by another process), is
+read again; the cache is only ever a subset of the table, so it needs no invalidation. It holds at
+most ``MAX_CACHED_VECTORS`` vectors, dropping the least recently used scopes first.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from memstore.document import fact_content_key
+from memstore.errors import StorageUnavailableError
+from memstore.scope import Scope
+from memstore.storage.records import FactFilter, FactPage
+from memstore.storage.sql import embeddings
+from memstore.storage.sql.semantic import nearest_facts, vector_backend
+from memstore.storage.vectors import EmbeddingStatus, UnembeddedFact
+
+MAX_CACHED_VECTORS = 20_000
+"""About 30 MB of 384-dimension vectors."""
+
+_ScopeVectors = dict[str, tuple[str, np.ndarray]]
+
+
+class SqlVectorStore:
+    def __init__(
+        self,
+        engine: Engine,
+        reader: Engine,
+        *,
+        write_options: dict[str, Any],
+        unavailable: Callable[[Exception, str], StorageUnavailableError],
+    ) -> None:
+        self._engine = engine
+        self._reader = reader
+        self._write_options = write_options
+        self._unavailable = unavailable
+        self._cache: OrderedDict[tuple[Scope, str], _ScopeVectors] = OrderedDict()
+        self._cached = 0
+        self._lock = threading.Lock()
+
+    def fact_vectors(
+        self, scope: Scope, model: str, facts: Sequence[tuple[str, str]]
+    ) -> dict[str, np.ndarray]:
+        wanted = {fact_id: fact_content_key(content) for fact_id, content in facts}
+        with self._lock:
+            cached = dict(self._cache.get((scope, model), {}))
+        found = {fid: entry[1] for fid, entry in cached.items() if wanted.get(fid) == entry[0]}
+        missing = [fact_id for fact_id in wanted if fact_id not in found]
+        if missing:
+            try:
+                with self._reader.connect() as conn:
+                    read = embeddings.scope_vectors(conn, scope, model, missing)
+            except DBAPIError as exc:
+                raise self._unavailable(exc, "read fact vectors") from exc
+            fresh = {fid: entry for fid, entry in read.items() if wanted.get(fid) == entry[0]}
+            found.update({fid: entry[1] for fid, entry in fresh.items()})
+            self._remember(scope, model, {fid: cached[fid] for fid in found if fid in cached} | fresh)
+        elif cached:
+            with self._lock:
+                if (scope, model) in self._cache:
+                    self._cache.move_to_end((scope, model))
+        return found
+
+    def _remember(self, scope: Scope, model: str, vectors: _ScopeVectors) -> None:
+        """Cache exactly the scope's current vectors (dropping ones of deleted facts)."""
+        key = (scope, model)
+        with self._lock:
+            self._cached -= len(self._cache.pop(key, {}))
+            if len(vectors) > MAX_CACHED_VECTORS:
+                return
+            self._cache[key] = vectors
+            self._cached += len(vectors)
+            while self._cached > MAX_CACHED_VECTORS:
+                _, dropped = self._cache.popitem(last=False)
+                self._cached -= len(dropped)
+
+    def store_vectors(self, scope: Scope, model: str, items: Sequence[tuple[str, str, np.ndarray]]) -> int:
+        if not items:
+            return 0
+        try:
+            with self._engine.connect() as conn:
+                conn.execution_options(**self._write_options)
+                with conn.begin():
+                    return embeddings.store_vectors(conn, scope, model, items, datetime.now(UTC))
+        except DBAPIError as exc:
+            raise self._unavailable(exc, "write fact vectors") from exc
+
+    def unembedded_facts(
+        self, model: str, *, limit: int, after: int = 0, scope: Scope | None = None, rebuild: bool = False
+    ) -> list[UnembeddedFact]:
+        try:
+            with self._reader.connect() as conn:
+                if rebuild:
+                    return embeddings.all_live_facts(conn, limit=limit, after=after)
+                return embeddings.unembedded_facts(conn, model, limit=limit, after=after, scope=scope)
+        except DBAPIError as exc:
+            raise self._unavailable(exc, "read facts to embed") from exc
+
+    def nearest_facts(
+        self, where: FactFilter, vector: np.ndarray, *, model: str, limit: int, offset: int
+    ) -> FactPage:
+        try:
+            return nearest_facts(self._engine, where, vector, model=model, limit=limit, offset=offset)
+        except DBAPIError as exc:
+            raise self._unavailable(exc, "search fact vectors") from exc
+
+    def status(self) -> EmbeddingStatus:
+        try:
+            with self._reader.connect() as conn:
+                live, vectors = embeddings.vector_counts(conn)
+                backend = vector_backend(conn)
+        except DBAPIError as exc:
+            raise self._unavailable(exc, "read the embedding status") from exc
+        return EmbeddingStatus(live, vectors, backend)

@@ -1,0 +1,174 @@
+"""Similarity dedup at insert: a new fact that means what a live fact says confirms it instead.
+
+Exact duplicates (same content key) never reach the store; this catches paraphrases ("User likes
+green tea" / "The user enjoys green tea"). A new fact whose cosine similarity to a live fact of
+its scope, or to a new fact already kept in the same update, is at or above ``dedup_similarity``
+is dropped; the fact it matched keeps the higher confidence, is stamped as confirmed, and the save
+audits the fold with the similarity and the dropped text (``SimilarFold.detail``).
+
+Guards beyond the rule: a fact in a guaranteed category (a correction) is folded only into a
+fact of the same category, since "User does not like coffee" reads close to "User likes coffee"
+to an embedding model and must not vanish into it; a consolidation's merged fact is never folded
+(its sources are already gone). Live facts without a vector are embedded in the same call, so the
+check never depends on whether the backfill has run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from memstore.config import MemoryConfig
+from memstore.document import MemoryDocument, coerce_confidence
+from memstore.embedding import Embedder
+from memstore.scope import Scope
+from memstore.storage.vectors import VectorStore
+
+MAX_FOLDED_TEXT = 500
+"""Characters of the dropped fact's text kept in the audit detail."""
+
+CONSOLIDATION_SOURCE = "consolidation"
+Fact = dict[str, Any]
+
+
+@dataclass
+class SimilarFolds:
+    """What ``fold_similar`` decided: the document to save and what the save must record."""
+
+    memory: MemoryDocument
+    folded: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Live fact id to the audit detail of the new fact folded into it."""
+    vectors: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
+    """``(fact id, content, vector)`` computed here, to store once the save is durable."""
+
+
+@dataclass(frozen=True)
+class SimilarFact:
+    fact_id: str
+    similarity: float
+
+
+def _category(fact: Fact) -> str:
+    return str(fact.get("category") or "")
+
+
+def _may_fold(new: Fact, into: Fact, guaranteed: frozenset[str]) -> bool:
+    if _category(new) == _category(into):
+        return True
+    return _category(new) not in guaranteed and _category(into) not in guaranteed
+
+
+def _content(fact: Fact) -> str | None:
+    content = fact.get("content")
+    return content if isinstance(content, str) and content.strip() else None
+
+
+def scope_vectors(
+    facts: Sequence[Fact], embedder: Embedder, store: VectorStore, scope: Scope
+) -> tuple[dict[str, np.ndarray], list[tuple[str, str, np.ndarray]]]:
+    """Vectors of ``facts`` by id: stored ones, plus the missing ones embedded now (also returned)."""
+    named = [
+        (fact["id"], text) for fact in facts if isinstance(fact.get("id"), str) and (text := _content(fact))
+    ]
+    known = store.fact_vectors(scope, embedder.model, named)
+    missing = [(fact_id, text) for fact_id, text in named if fact_id not in known]
+    made: list[tuple[str, str, np.ndarray]] = []
+    if missing:
+        matrix = embedder.embed_documents([text for _, text in missing])
+        made = [(fact_id, text, matrix[row]) for row, (fact_id, text) in enumerate(missing)]
+        known.update({fact_id: vector for fact_id, _, vector in made})
+    return known, made
+
+
+def fold_similar(
+    current: MemoryDocument,
+    memory: MemoryDocument,
+    *,
+    embedder: Embedder,
+    store: VectorStore,
+    scope: Scope,
+    config: MemoryConfig,
+) -> SimilarFolds:
+    """Fold the new facts of ``memory`` (ids not in ``current``) that repeat a kept fact."""
+    before = {fact.get("id") for fact in current.get("facts") or () if isinstance(fact, dict)}
+    facts = [fact for fact in memory.get("facts") or () if isinstance(fact, dict)]
+    new = [f for f in facts if f.get("id") not in before and f.get("source") != CONSOLIDATION_SOURCE]
+    if not any(_content(fact) for fact in new):
+        return SimilarFolds(memory)
+    vectors, made = scope_vectors(facts, embedder, store, scope)
+    guaranteed = frozenset(config.guaranteed_categories)
+    new_ids = {id(fact) for fact in new}
+    kept: list[Fact] = [fact for fact in facts if id(fact) not in new_ids and fact.get("id") in vectors]
+    result = SimilarFolds(memory)
+    dropped: set[int] = set()
+    for fact in new:
+        vector = vectors.get(fact.get("id"))  # type: ignore[arg-type]
+        match = _best_match(fact, vector, kept, vectors, guaranteed) if vector is not None else None
+        if match is None or match[1] < config.dedup_similarity:
+            if vector is not None:
+                kept.append(fact)
+            continue
+        into, similarity = match
+        dropped.add(id(fact))
+        confidence = coerce_confidence(fact.get("confidence"), 0.0)
+        if confidence > coerce_confidence(into.get("confidence"), 0.0):
+            into["confidence"] = confidence
+        result.folded[str(into["id"])] = {
+            "reason": "similar",
+            "similarity": round(similarity, 4),
+            "model": embedder.model,
+            "content": str(fact.get("content"))[:MAX_FOLDED_TEXT],
+            "confidence": confidence,
+        }
+    if dropped:
+        memory = dict(memory)
+        memory["facts"] = [fact for fact in facts if id(fact) not in dropped]
+        result.memory = memory
+    stored_ids = {fact.get("id") for fact in result.memory.get("facts") or () if isinstance(fact, dict)}
+    result.vectors = [item for item in made if item[0] in stored_ids]
+    return result
+
+
+def _best_match(
+    fact: Fact,
+    vector: np.ndarray,
+    kept: Sequence[Fact],
+    vectors: dict[str, np.ndarray],
+    guaranteed: frozenset[str],
+) -> tuple[Fact, float] | None:
+    candidates = [
+        other
+        for other in kept
+        if _may_fold(fact, other, guaranteed) and vectors[str(other["id"])].shape == vector.shape
+    ]
+    if not candidates:
+        return None
+    scores = np.stack([vectors[str(other["id"])] for other in candidates]) @ vector
+    best = int(np.argmax(scores))
+    return candidates[best], float(scores[best])
+
+
+def most_similar(
+    content: str,
+    category: str,
+    facts: Sequence[Fact],
+    *,
+    embedder: Embedder,
+    store: VectorStore,
+    scope: Scope,
+    config: MemoryConfig,
+) -> tuple[SimilarFact | None, np.ndarray]:
+    """The live fact a manual create of ``content`` would repeat (at or above ``dedup_similarity``),
+    if any, and the vector of ``content`` (to store once the fact is)."""
+    vectors, made = scope_vectors(facts, embedder, store, scope)
+    store.store_vectors(scope, embedder.model, made)
+    vector = embedder.embed_documents([content])[0]
+    kept = [fact for fact in facts if fact.get("id") in vectors]
+    candidate: Fact = {"content": content, "category": category}
+    match = _best_match(candidate, vector, kept, vectors, frozenset(config.guaranteed_categories))
+    if match is None or match[1] < config.dedup_similarity:
+        return None, vector
+    return SimilarFact(str(match[0]["id"]), match[1]), vector
