@@ -96,6 +96,7 @@ def _meta(
     if core and mode.scale_scopes != FULL_SCALE_SCOPES:
         notes.append(
             f"{mode_name} mode: the scale scenario used {mode.scale_scopes:,} scopes, "
+            f"not {FULL_SCALE_SCOPES:,}, and semantic search {mode.scale_scopes:,} vectors, "
             f"not {FULL_SCALE_SCOPES:,}"
         )
     if pg_server is None:

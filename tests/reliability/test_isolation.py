@@ -106,43 +106,63 @@ def tag(run: int, scope: tuple[str | None, str | None]) -> str:
     return f"r{run} {user}/{(agent or '-').lower()}"
 
 
+Key = tuple[str | None, str | None]
+
+
+class ScopeModel:
+    """One example's scopes, fresh names per run, and what each of them should hold."""
+
+    def __init__(self) -> None:
+        self.run = next(_run)
+        self.scopes = [(None if u is None else f"r{self.run}{u}", a) for u, a in SCOPES]
+        for user, agent in self.scopes:
+            if user is None:
+                clear_memory_data(agent, user_id=None)  # global scopes are shared between examples
+        self.facts: dict[Key, dict[str, str]] = {}
+
+    def scope(self, target: int) -> tuple[str | None, str | None, Key]:
+        user, agent = self.scopes[target]
+        return user, agent, (user, agent.lower() if agent else None)
+
+    def write(self, kind: str, target: int, content: str) -> None:
+        """Apply an add, delete or clear through the public helpers, and to the model."""
+        user, agent, key = self.scope(target)
+        facts = self.facts.setdefault(key, {})
+        if kind == "add":
+            content = f"{tag(self.run, key)} {content}"
+            _, created = create_memory_fact_with_created_fact(content, "context", 0.9, agent, user_id=user)
+            facts[str(created["id"])] = content
+        elif kind == "delete" and facts:
+            fact_id = sorted(facts)[0]
+            delete_memory_fact(fact_id, agent, user_id=user)
+            del facts[fact_id]
+        elif kind == "clear":
+            clear_memory_data(agent, user_id=user)
+            facts.clear()
+
+    def contents(self, key: Key) -> set[str]:
+        return set(self.facts.get(key, {}).values())
+
+
 def test_random_operations_never_show_one_scope_another_scopes_data(provider: str, record: Record) -> None:
     counts = {"examples": 0, "operations": 0}
 
     @EXAMPLES
     @given(st.lists(operation, min_size=1, max_size=25))
     def run(ops: list[tuple[str, int, int]]) -> None:
-        run = next(_run)
-        scopes = [(None if u is None else f"r{run}{u}", a) for u, a in SCOPES]
-        for user, agent in scopes:
-            if user is None:
-                clear_memory_data(agent, user_id=None)  # global scopes are shared between examples
-        model: dict[tuple[str | None, str | None], dict[str, str]] = {}
+        model = ScopeModel()
         for step, (kind, target, probe) in enumerate(ops):
-            user, agent = scopes[target]
-            key = (user, agent.lower() if agent else None)
-            facts = model.setdefault(key, {})
-            if kind == "add":
-                content = f"{tag(run, key)} n{step}"
-                _, created = create_memory_fact_with_created_fact(
-                    content, "context", 0.9, agent, user_id=user
-                )
-                facts[str(created["id"])] = content
-            elif kind == "delete" and facts:
-                fact_id = sorted(facts)[0]
-                delete_memory_fact(fact_id, agent, user_id=user)
-                del facts[fact_id]
-            elif kind == "clear":
-                clear_memory_data(agent, user_id=user)
-                facts.clear()
-            elif kind == "search":
-                found = search_memory_facts(f"r{run} ", agent_name=agent, user_id=user, limit=100)
-                assert {f["content"] for f in found} == set(facts.values())
-            probe_user, probe_agent = scopes[probe]
-            probe_key = (probe_user, probe_agent.lower() if probe_agent else None)
+            model.write(kind, target, f"n{step}")
+            if kind == "search":
+                user, agent, key = model.scope(target)
+                found = search_memory_facts(f"r{model.run} ", agent_name=agent, user_id=user, limit=100)
+                assert {f["content"] for f in found} == model.contents(key)
+            probe_user, probe_agent, probe_key = model.scope(probe)
             contents = {f["content"] for f in get_memory_data(probe_agent, user_id=probe_user)["facts"]}
-            assert all(c.startswith(tag(run, probe_key) + " ") for c in contents), f"leak into {probe_key}"
-            assert contents == set(model.get(probe_key, {}).values())
+            assert all(c.startswith(tag(model.run, probe_key) + " ") for c in contents), (
+                f"leak into {probe_key}"
+            )
+            assert contents == model.contents(probe_key)
         counts["examples"] += 1
         counts["operations"] += len(ops)
 
@@ -177,39 +197,20 @@ def test_semantic_and_hybrid_search_never_return_another_scopes_fact(
     @EXAMPLES
     @given(st.lists(semantic_operation, min_size=1, max_size=20))
     def run(ops: list[tuple[str, SearchMode, int]]) -> None:
-        run = next(_run)
-        scopes = [(None if u is None else f"r{run}{u}", a) for u, a in SCOPES]
-        for user, agent in scopes:
-            if user is None:
-                clear_memory_data(agent, user_id=None)
-        model: dict[tuple[str | None, str | None], dict[str, str]] = {}
+        model = ScopeModel()
         for step, (kind, mode, target) in enumerate(ops):
-            user, agent = scopes[target]
-            key = (user, agent.lower() if agent else None)
-            facts = model.setdefault(key, {})
-            if kind == "add":
-                content = f"{tag(run, key)} n{step} shared words about green tea"
-                _, created = create_memory_fact_with_created_fact(
-                    content, "context", 0.9, agent, user_id=user
-                )
-                facts[str(created["id"])] = content
-            elif kind == "delete" and facts:
-                fact_id = sorted(facts)[0]
-                delete_memory_fact(fact_id, agent, user_id=user)
-                del facts[fact_id]
-            elif kind == "clear":
-                clear_memory_data(agent, user_id=user)
-                facts.clear()
-            elif kind == "search":
+            model.write(kind, target, f"n{step} shared words about green tea")
+            user, agent, key = model.scope(target)
+            if kind == "search":
                 found = search_memory_facts("green tea", agent_name=agent, user_id=user, limit=100, mode=mode)
-                assert {f["content"] for f in found} == set(facts.values()), f"{mode} in {key}"
+                assert {f["content"] for f in found} == model.contents(key), f"{mode} in {key}"
                 counts["searches"] += 1
             elif kind == "across" and user is not None:
                 page = search_facts(
                     "green tea", FactFilter(user_id=user, agent_name=key[1]), mode=mode, limit=100
                 )
                 assert {(f.user_id, f.agent_name) for f in page.facts} <= {key}, f"{mode} leak into {key}"
-                assert {f.content for f in page.facts} == set(facts.values())
+                assert {f.content for f in page.facts} == model.contents(key)
                 counts["searches"] += 1
         counts["examples"] += 1
 
