@@ -100,7 +100,8 @@ class MemoryConfig(BaseModel):
     lifecycle_interval_seconds: float = Field(default=3600.0, ge=60, le=7 * 86_400)
     # Relevance: embeddings, similarity dedup, query-aware ranking (docs/operations.md).
     embedding_provider: Literal["none", "openai", "local"] = "none"
-    embedding_model: str | None = Field(default=None, max_length=255)
+    # 240: stored as "openai:<model>@<dimensions>" in a 255-character column.
+    embedding_model: str | None = Field(default=None, max_length=240)
     embedding_base_url: str | None = None
     embedding_api_key: SecretStr | None = None
     embedding_dimensions: int | None = Field(default=None, ge=1, le=8192)

@@ -58,6 +58,11 @@ class StaleDocumentError(MemstoreError):
     """
 
 
+class FoldTargetGoneError(MemstoreError):
+    """A save found deleted, by another writer, a fact that new facts of it were folded into as
+    paraphrases; nothing was saved, so the caller can save those facts after all."""
+
+
 class LeaseLostError(MemstoreError):
     """The queue lease on a conversation expired and another worker took it over.
 

@@ -12,6 +12,11 @@ MAX_EMBED_CHARS = 8000
 a query is a pasted document at worst, and its start says what it is about)."""
 
 
+def embeddable(text: str) -> str:
+    """``text`` cut to ``MAX_EMBED_CHARS``, with lone surrogates (which no UTF-8 encoder takes) replaced."""
+    return text[:MAX_EMBED_CHARS].encode("utf-8", "replace").decode("utf-8")
+
+
 class Embedder(Protocol):
     model: str
     """``provider:model``, stored with every vector: a different value is a model change."""

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from memstore.embedding.base import MAX_EMBED_CHARS
+from memstore.embedding.base import embeddable
 from memstore.embedding.vectors import normalized
 from memstore.errors import ConfigError, EmbeddingError
 
@@ -40,15 +40,19 @@ class LocalEmbedder:
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, DIMENSION), dtype=np.float32)
-        with self._lock:
-            matrix = self._engine.passage([text[:MAX_EMBED_CHARS] for text in texts])
-        return self._checked(np.asarray(matrix), len(texts))
+        return self._run(self._engine.passage, texts)
 
     def embed_query(self, text: str) -> np.ndarray:
-        with self._lock:
-            vector = self._engine.query([text[:MAX_EMBED_CHARS]])
-        first: np.ndarray = self._checked(np.asarray(vector), 1)[0]
+        first: np.ndarray = self._run(self._engine.query, [text])[0]
         return first
+
+    def _run(self, encode: Any, texts: Sequence[str]) -> np.ndarray:
+        try:
+            with self._lock:
+                matrix = np.asarray(encode([embeddable(text) for text in texts]))
+        except Exception as exc:  # the engine's own failure, whatever its type, is an embedding error
+            raise EmbeddingError(f"the local model failed: {type(exc).__name__}: {exc}") from exc
+        return self._checked(matrix, len(texts))
 
     @staticmethod
     def _checked(matrix: np.ndarray, count: int) -> np.ndarray:

@@ -2,21 +2,24 @@
 
 Its base URL, key and model may differ from the chat endpoint's (each defaults to the LLM's).
 Texts go in batches of ``embedding_batch_size``; the client's own retries are off, as for the LLM,
-so ``embedding_timeout_seconds`` bounds a call (a query's call, which runs on the request path,
-at most half of ``memory_context_timeout_seconds``). The reply is checked before any vector is used:
-one finite vector per text, all of one length (``embedding_dimensions`` when set).
+so ``embedding_timeout_seconds`` is the client's timeout for a call (connect and each read; a
+query's call, on the request path, at most half of ``memory_context_timeout_seconds``, and
+``gateway.ranking`` also cuts it off there). The reply is checked before any vector is used:
+one finite vector per text, all of one length (``embedding_dimensions`` when set, else the first
+reply's); anything else, a non-JSON or HTML body included, is an ``EmbeddingError``.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from openai import APIConnectionError, APIStatusError, OpenAI, OpenAIError, omit
 
 from memstore.config import MemoryConfig
-from memstore.embedding.base import MAX_EMBED_CHARS
+from memstore.embedding.base import embeddable
 from memstore.embedding.vectors import normalized
 from memstore.errors import ConfigError, EmbeddingError, EmbeddingUnavailableError
 
@@ -41,6 +44,7 @@ class OpenAIEmbedder:
         suffix = f"@{config.embedding_dimensions}" if config.embedding_dimensions else ""
         self.model = f"openai:{config.embedding_model}{suffix}"
         self._dimensions = config.embedding_dimensions
+        self._seen_dimension = 0  # the first reply's length, when none is configured: all must agree
         self._batch = config.embedding_batch_size
         # A query is embedded on the request path: leave memory_context half its time for the rest.
         self._query_timeout = min(config.embedding_timeout_seconds, config.memory_context_timeout_seconds / 2)
@@ -55,13 +59,13 @@ class OpenAIEmbedder:
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         rows: list[list[float]] = []
         for start in range(0, len(texts), self._batch):
-            rows.extend(self._call([text[:MAX_EMBED_CHARS] for text in texts[start : start + self._batch]]))
+            rows.extend(self._call(list(texts[start : start + self._batch])))
         if not rows:
             return np.zeros((0, self._dimensions or 0), dtype=np.float32)
         return normalized(np.asarray(rows, dtype=np.float32))
 
     def embed_query(self, text: str) -> np.ndarray:
-        rows = self._call([text[:MAX_EMBED_CHARS]], timeout=self._query_timeout)
+        rows = self._call([text], timeout=self._query_timeout)
         first: np.ndarray = normalized(np.asarray(rows, dtype=np.float32))[0]
         return first
 
@@ -70,20 +74,28 @@ class OpenAIEmbedder:
         try:
             reply = client.embeddings.create(
                 model=self._name,
-                input=batch,
+                input=[embeddable(text) for text in batch],
                 encoding_format="float",
                 dimensions=self._dimensions if self._dimensions else omit,
             )
+            return self._vectors(reply.data, len(batch))
         except OpenAIError as exc:
             raise _failure(exc) from exc
-        data = sorted(reply.data, key=lambda item: item.index)
-        if len(data) != len(batch) or [item.index for item in data] != list(range(len(batch))):
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # a proxy's HTML page, a non-JSON body, ``"data": null`` ...
             raise EmbeddingError(
-                f"the embeddings endpoint returned {len(data)} vectors for {len(batch)} texts"
-            )
+                f"the embeddings endpoint sent a malformed reply: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _vectors(self, data: Sequence[Any], count: int) -> list[list[float]]:
+        """One finite vector per text, in input order, all of the expected length."""
+        data = sorted(data, key=lambda item: item.index)
+        if len(data) != count or [item.index for item in data] != list(range(count)):
+            raise EmbeddingError(f"the embeddings endpoint returned {len(data)} vectors for {count} texts")
         vectors = [list(item.embedding) for item in data]
         lengths = {len(vector) for vector in vectors}
-        expected = self._dimensions or next(iter(lengths))
+        expected = self._dimensions or self._seen_dimension or next(iter(lengths))
         if lengths != {expected} or expected == 0:
             raise EmbeddingError(
                 f"the embeddings endpoint returned vectors of length {sorted(lengths)}, not {expected}"
@@ -92,4 +104,5 @@ class OpenAIEmbedder:
             isinstance(value, float | int) and math.isfinite(value) for vector in vectors for value in vector
         ):
             raise EmbeddingError("the embeddings endpoint returned a non-finite or non-numeric value")
+        self._seen_dimension = expected
         return vectors

@@ -1,18 +1,25 @@
 """The query-aware part of injection: embed the query, read the scope's vectors, fuse the ranks.
 
-Kept out of the middleware so the request path reads as load, rank, render. A query embedding
-that fails (the endpoint is down, or slower than half of ``memory_context_timeout_seconds``) or a
-vector read that fails costs this turn its relevance order, logged, never its memory: the facts
-go in by confidence as they would without a query.
+Kept out of the middleware so the request path reads as load, rank, render. Relevance only orders
+what is injected, so when it cannot be had (the embedding endpoint or model fails or is slower than
+half of ``memory_context_timeout_seconds``, the provider is misconfigured, a vector read fails) the
+turn loses its relevance order, logged, never its memory: the facts go in by confidence as they
+would without a query. The query is embedded on a pool of its own with a hard deadline, so a hung
+endpoint holds one of those threads, never the caller or the memory-context pool.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+
+import numpy as np
 
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument
-from memstore.errors import EmbeddingError, StorageUnavailableError
+from memstore.embedding import Embedder
+from memstore.errors import EmbeddingUnavailableError, MemstoreError
 from memstore.inject.relevance import MAX_QUERY_CHARS, RelevanceWeights, fused_scores
 from memstore.scope import Scope
 from memstore.storage.base import MemoryStorage
@@ -20,26 +27,44 @@ from memstore.storage.vectors import semantic_parts
 
 logger = logging.getLogger(__name__)
 
+_QUERY_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstore-query-embed")
+
 
 def relevance_scores(
     memory: MemoryDocument, query: str, config: MemoryConfig, storage: MemoryStorage, scope: Scope
 ) -> list[float] | None:
     """One fused score per entry of ``memory["facts"]``, or ``None`` for today's confidence order."""
-    semantic = semantic_parts(config, storage)
     raw = memory.get("facts")
-    if semantic is None or not isinstance(raw, list):
+    if not isinstance(raw, list):
         return None
     facts = [fact if isinstance(fact, dict) else {} for fact in raw]
-    embedder, store = semantic
     named = [
         (fact["id"], fact["content"])
         for fact in facts
         if isinstance(fact.get("id"), str) and isinstance(fact.get("content"), str)
     ]
     try:
-        query_vector = embedder.embed_query(query[:MAX_QUERY_CHARS])
+        semantic = semantic_parts(config, storage)
+        if semantic is None:
+            return None
+        embedder, store = semantic
+        query_vector = _embed_query(
+            embedder, query[:MAX_QUERY_CHARS], config.memory_context_timeout_seconds / 2
+        )
         vectors = store.fact_vectors(scope, embedder.model, named)
-    except (EmbeddingError, StorageUnavailableError) as exc:
+    except MemstoreError as exc:
         logger.warning("facts injected by confidence, not relevance: %s", exc)
         return None
+    except Exception:
+        logger.exception("facts injected by confidence, not relevance: ranking failed")
+        return None
     return fused_scores(facts, query, query_vector, vectors, RelevanceWeights.of(config))
+
+
+def _embed_query(embedder: Embedder, query: str, deadline: float) -> np.ndarray:
+    future = _QUERY_EXECUTOR.submit(embedder.embed_query, query)
+    try:
+        return future.result(timeout=deadline)
+    except FutureTimeoutError:
+        future.cancel()
+        raise EmbeddingUnavailableError(f"the query's embedding took longer than {deadline:.2f} s") from None

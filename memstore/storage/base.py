@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -43,15 +43,18 @@ class MemoryStorage(ABC):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
-        folded: Mapping[str, Mapping[str, Any]] | None = None,
+        folded: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> bool:
         """Persist ``memory`` for the scope; ``True`` once it is durable.
 
         ``removals`` (fact id to a JSON object such as ``{"reason": "stale"}``) says why facts
         missing from ``memory`` went, ``confirmed`` names live facts an update re-stated, and
-        ``folded`` (live fact id to a JSON object) the live facts that new, similar facts were
-        folded into (``update.similarity``); a provider with an audit trail and retention
-        signals records them, the others ignore them.
+        ``folded`` (live fact id to one JSON object per new fact folded into it) the live facts
+        that new, similar facts were folded into (``update.similarity``); a provider with an audit
+        trail and retention signals records them, the others ignore them. A provider that merges
+        concurrent writers raises ``FoldTargetGoneError``, saving nothing, when a fold target is
+        no longer live after the merge (another writer deleted it), since the folded facts would
+        be lost with it.
 
         ``origin`` (a thread id, ``manual``, ``import``...) labels the change in an audit trail,
         where the provider keeps one. ``captured_at`` is when the conversation behind the

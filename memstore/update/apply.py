@@ -1,9 +1,11 @@
 """Applies a normalised update to a memory document, in the reference's order.
 
 Order: section summaries, ``factsToRemove``, stale removals (``staleness.py``), new facts,
-eviction at ``max_facts`` (``evict_to_cap``), consolidation (``consolidation.py``), upload
-scrubbing. A new fact that re-states a live one (same ``fact_content_key``) is not added; the
-live fact's id is reported as confirmed, so the store can record that it is still true. Work
+similarity dedup (the caller's ``fold``, ``similarity.py``), eviction at ``max_facts``
+(``evict_to_cap``), consolidation (``consolidation.py``), upload scrubbing. Dedup runs before the
+cap so that a paraphrase folded away never costs a stored fact its place. A new fact that
+re-states a live one (same ``fact_content_key``) is not added; the live fact's id is reported as
+confirmed, so the store can record that it is still true. Work
 happens on a deep copy so a failure (or a failed save later) never touches the caller's
 document, which may be a storage cache; unknown top-level keys such as a provider's
 ``revision`` ride along untouched.
@@ -35,6 +37,7 @@ from memstore.errors import MalformedMemoryError
 from memstore.retention import NO_SIGNALS, FactSignals, RetentionPolicy, candidate_of
 from memstore.update.consolidation import apply_consolidations
 from memstore.update.parser import MemoryUpdate
+from memstore.update.similarity import Fold, SimilarFolds
 from memstore.update.staleness import stale_ids_to_remove
 from memstore.update.uploads import strip_upload_mentions
 
@@ -155,6 +158,7 @@ class AppliedUpdate:
     memory: MemoryDocument
     removals: dict[str, dict[str, Any]]
     confirmed: list[str]
+    folds: SimilarFolds
 
 
 def apply_updates(
@@ -165,11 +169,13 @@ def apply_updates(
     config: MemoryConfig,
     signals: Mapping[str, FactSignals] | None = None,
     now: datetime | None = None,
+    fold: Fold | None = None,
 ) -> AppliedUpdate:
-    """``memory`` with ``update`` applied, capped, consolidated and scrubbed, as a new document.
+    """``memory`` with ``update`` applied, folded, capped, consolidated and scrubbed, as a new document.
 
     ``signals`` are the store's retention signals by fact id, for the cap's ranking; a fact
-    re-stated by this update counts as confirmed at ``now`` there.
+    re-stated by this update, or one a new fact was folded into, counts as confirmed at ``now``
+    there. ``fold`` (``fold_similar`` bound to an embedder) drops new facts that repeat a kept one.
     """
     updated = copy.deepcopy(memory)
     _require_shape(updated)
@@ -193,8 +199,10 @@ def apply_updates(
         now=stamp,
         taken_ids=taken_ids,
     )
+    folds = fold(memory, updated) if fold is not None else SimilarFolds(updated)
+    updated = folds.memory
     ranked = dict(signals or {})
-    for fact_id in confirmed:
+    for fact_id in [*confirmed, *folds.folded]:
         ranked[fact_id] = replace(ranked.get(fact_id, NO_SIGNALS), last_confirmed_at=moment)
     updated["facts"], evicted = evict_to_cap(updated["facts"], config, ranked, moment)
     removals.update(evicted)
@@ -203,4 +211,6 @@ def apply_updates(
     live = {fact["id"] for fact in updated["facts"] if isinstance(fact.get("id"), str)}
     # A new fact evicted at once was never stored, so there is nothing to audit.
     audited = {fact_id: detail for fact_id, detail in removals.items() if fact_id in stored_ids}
-    return AppliedUpdate(updated, audited, [fact_id for fact_id in confirmed if fact_id in live])
+    # A fold target this update removed (consolidated, evicted) has its own audit: drop the fold.
+    folds = replace(folds, memory=updated, folded={k: v for k, v in folds.folded.items() if k in live})
+    return AppliedUpdate(updated, audited, [fact_id for fact_id in confirmed if fact_id in live], folds)

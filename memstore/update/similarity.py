@@ -15,7 +15,7 @@ check never depends on whether the backfill has run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,10 +39,14 @@ class SimilarFolds:
     """What ``fold_similar`` decided: the document to save and what the save must record."""
 
     memory: MemoryDocument
-    folded: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Live fact id to the audit detail of the new fact folded into it."""
+    folded: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Kept fact id to the audit detail of each new fact folded into it."""
     vectors: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
     """``(fact id, content, vector)`` computed here, to store once the save is durable."""
+
+
+Fold = Callable[[MemoryDocument, MemoryDocument], SimilarFolds]
+"""``fold_similar`` bound to an embedder and scope: (document before the update, after) -> folds."""
 
 
 @dataclass(frozen=True)
@@ -116,13 +120,15 @@ def fold_similar(
         confidence = coerce_confidence(fact.get("confidence"), 0.0)
         if confidence > coerce_confidence(into.get("confidence"), 0.0):
             into["confidence"] = confidence
-        result.folded[str(into["id"])] = {
-            "reason": "similar",
-            "similarity": round(similarity, 4),
-            "model": embedder.model,
-            "content": str(fact.get("content"))[:MAX_FOLDED_TEXT],
-            "confidence": confidence,
-        }
+        result.folded.setdefault(str(into["id"]), []).append(
+            {
+                "reason": "similar",
+                "similarity": round(similarity, 4),
+                "model": embedder.model,
+                "content": str(fact.get("content"))[:MAX_FOLDED_TEXT],
+                "confidence": confidence,
+            }
+        )
     if dropped:
         memory = dict(memory)
         memory["facts"] = [fact for fact in facts if id(fact) not in dropped]

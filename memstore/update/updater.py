@@ -29,21 +29,22 @@ from memstore.document import MemoryDocument
 from memstore.embedding import Embedder
 from memstore.errors import (
     ConfigError,
-    EmbeddingUnavailableError,
-    LLMUnavailableError,
+    EmbeddingError,
+    FoldTargetGoneError,
     MemstoreError,
     SchemaNotReadyError,
     StorageUnavailableError,
     StorageWriteError,
 )
 from memstore.scope import Scope, resolve_scope
+from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.vectors import VectorStore, semantic_parts
 from memstore.update.apply import apply_updates
 from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor
-from memstore.update.similarity import SimilarFolds, fold_similar
+from memstore.update.similarity import Fold, SimilarFolds, fold_similar
 
 logger = logging.getLogger(__name__)
 
@@ -145,26 +146,40 @@ class MemoryUpdater:
             # The signals rank evictions: read them only when the update can reach the cap.
             may_evict = len(current.get("facts") or ()) + len(update["newFacts"]) > config.max_facts
             signals = storage.fact_signals(context.agent_name, user_id=context.user_id) if may_evict else {}
-            applied = apply_updates(
-                current, update, thread_id=context.thread_id, config=config, signals=signals
-            )
             scope = resolve_scope(context.agent_name, context.user_id)
-            semantic = semantic_parts(config, storage)
-            folds = SimilarFolds(applied.memory)
-            if semantic is not None:
-                folds = _fold(current, applied.memory, semantic, scope, config)
+            semantic = _semantic(config, storage, scope)
+            fold = _folder(semantic, scope, config) if semantic is not None else None
+            applied = apply_updates(
+                current, update, thread_id=context.thread_id, config=config, signals=signals, fold=fold
+            )
             options: dict[str, Any] = {
                 "origin": context.thread_id,
                 "captured_at": context.timestamp,
                 "removals": applied.removals,
                 "confirmed": applied.confirmed,
-                "folded": folds.folded,
             }
             if lease is not None:
                 options["lease"] = lease
-            saved = storage.save(folds.memory, context.agent_name, user_id=context.user_id, **options)
+            try:
+                saved = storage.save(
+                    applied.memory,
+                    context.agent_name,
+                    user_id=context.user_id,
+                    folded=applied.folds.folded,
+                    **options,
+                )
+            except FoldTargetGoneError as exc:
+                # Another writer deleted a fact a new one was folded into: store the new one after all.
+                logger.info(
+                    "memory update for thread %s saved without similarity dedup: %s", context.thread_id, exc
+                )
+                applied = apply_updates(
+                    current, update, thread_id=context.thread_id, config=config, signals=signals
+                )
+                options.update(removals=applied.removals, confirmed=applied.confirmed)
+                saved = storage.save(applied.memory, context.agent_name, user_id=context.user_id, **options)
             if saved and semantic is not None:
-                _store_vectors(semantic, scope, folds.vectors)
+                _store_vectors(semantic, scope, applied.folds.vectors)
         except SchemaNotReadyError as exc:
             logger.error(
                 "memory update for thread %s is kept for retry: the database schema is not ready "
@@ -196,19 +211,36 @@ class MemoryUpdater:
             return False
 
 
-def _fold(
-    current: MemoryDocument,
-    memory: MemoryDocument,
-    semantic: tuple[Embedder, VectorStore],
-    scope: Scope,
-    config: MemoryConfig,
-) -> SimilarFolds:
-    """``fold_similar``; an embedding endpoint that may answer later is retried like the LLM's."""
-    embedder, store = semantic
+def _semantic(
+    config: MemoryConfig, storage: MemoryStorage, scope: Scope
+) -> tuple[Embedder, VectorStore] | None:
+    """The embedder and vector store, or ``None`` (logged) when the configured provider cannot load."""
     try:
-        return fold_similar(current, memory, embedder=embedder, store=store, scope=scope, config=config)
-    except EmbeddingUnavailableError as exc:
-        raise LLMUnavailableError(f"the embedding endpoint is unavailable: {exc}") from exc
+        return semantic_parts(config, storage)
+    except ConfigError as exc:
+        logger.warning(
+            "similarity dedup skipped for scope %s, the update is saved without it: %s", scope, exc
+        )
+        return None
+
+
+def _folder(semantic: tuple[Embedder, VectorStore], scope: Scope, config: MemoryConfig) -> Fold:
+    """``fold_similar`` for this scope. Dedup only saves a duplicate row, so an embedding failure
+    (an endpoint down or answering nonsense) is logged and the update saved without it: the facts
+    the LLM extracted are never lost to it, and their vectors are made on a later update or by
+    ``memstore embed``."""
+    embedder, store = semantic
+
+    def fold(current: MemoryDocument, memory: MemoryDocument) -> SimilarFolds:
+        try:
+            return fold_similar(current, memory, embedder=embedder, store=store, scope=scope, config=config)
+        except EmbeddingError as exc:
+            logger.warning(
+                "similarity dedup skipped for scope %s, the update is saved without it: %s", scope, exc
+            )
+            return SimilarFolds(memory)
+
+    return fold
 
 
 def _store_vectors(

@@ -14,10 +14,15 @@ from typing import Any
 
 import pytest
 
+from memstore.config import MemoryConfig
+from memstore.queue import reset_memory_queue
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
+from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
+from tests.support.openai_server import OpenAIStubServer
+from tests.support.semantic import MODEL
 
 StorageFactory = Callable[[], MemoryStorage]
 
@@ -75,3 +80,22 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
         runner = Cli(env, f"sqlite:///{tmp_path / 'data' / 'memory.db'}")
     yield runner
     dispose_engines()
+
+
+@pytest.fixture
+def semantic(
+    sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
+) -> Iterator[SqlMemoryStorage]:
+    """The process-wide SQL provider with embeddings from the test server."""
+    isolated_config.database_url = sql_url
+    isolated_config.embedding_model = MODEL
+    isolated_config.embedding_base_url = openai_server.base_url
+    isolated_config.embedding_provider = "openai"
+    isolated_config.dedup_similarity = 0.8
+    reset_memory_storage()
+    reset_memory_queue()
+    storage = get_memory_storage()
+    assert isinstance(storage, SqlMemoryStorage)
+    yield storage
+    reset_memory_queue()
+    reset_memory_storage()

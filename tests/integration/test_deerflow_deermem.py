@@ -311,3 +311,25 @@ def test_search_facts_without_embeddings_ranks_by_words(sql_url: str) -> None:
     coder: list[dict[str, str | None]] = [{"userId": "alice", "agentName": "coder"}]
     found = storage.search_facts("which tea?", scopes=coder)
     assert [(result["fact"]["id"], result["matchType"]) for result in found] == [(tea["id"], "fulltext")]
+
+
+def test_a_mixed_case_agents_vectors_are_kept_and_reused(
+    sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
+) -> None:
+    """memstore stores agent names lower-cased; DeerMem's ``Coder`` must still find its scope's vectors."""
+    isolated_config.embedding_model = "m"
+    isolated_config.embedding_base_url = openai_server.base_url
+    isolated_config.embedding_provider = "openai"
+    storage = _storage(sql_url)
+    assert storage.save(
+        {"facts": [_fact("Drinks green tea"), _fact("Writes Rust")]}, "Coder", user_id="alice"
+    )
+    coder: list[dict[str, str | None]] = [{"userId": "alice", "agentName": "Coder"}]
+    assert storage.search_facts("green tea", scopes=coder, mode="semantic")
+    with get_engine(sql_url).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM memory_fact_embeddings")).scalar_one() == 2
+    before = len(openai_server.embedding_requests)
+    assert storage.search_facts("rust", scopes=coder, mode="semantic")
+    assert (
+        len(openai_server.embedding_requests) == before + 1
+    )  # the query only: the facts' vectors are reused

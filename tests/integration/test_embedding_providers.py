@@ -153,3 +153,44 @@ def test_openai_without_a_model_is_a_config_error() -> None:
             relevance_confidence_weight=0,
             relevance_recency_weight=0,
         )
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b"this is not JSON", "application/json"),
+        (b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html"),
+        (b'{"object": "list", "data": null}', "application/json"),
+        (b'{"object": "list", "data": [{"index": 0, "embedding": "abc"}]}', "application/json"),
+    ],
+)
+def test_a_reply_that_is_no_embeddings_list_is_an_embedding_error(
+    embedder: OpenAIEmbedder, openai_server: OpenAIStubServer, body: bytes, content_type: str
+) -> None:
+    openai_server.embedding_raw = (body, content_type)
+    with pytest.raises(EmbeddingError, match="embeddings endpoint"):
+        embedder.embed_query("hello")
+
+
+def test_batches_of_different_lengths_are_an_error_not_a_ragged_matrix(
+    openai_server: OpenAIStubServer,
+) -> None:
+    config = MemoryConfig(
+        embedding_provider="openai",
+        embedding_model="m",
+        embedding_base_url=openai_server.base_url,
+        embedding_batch_size=1,
+    )
+    embedder = OpenAIEmbedder(config)
+    embedder.embed_documents(["first"])
+    openai_server.embedding_dimension = 16  # the endpoint now answers with another model's length
+    with pytest.raises(EmbeddingError, match="length"):
+        embedder.embed_documents(["second", "third"])
+
+
+def test_a_lone_surrogate_is_replaced_not_a_crash(
+    embedder: OpenAIEmbedder, openai_server: OpenAIStubServer
+) -> None:
+    vector = embedder.embed_query("caf\ud800e au lait")
+    assert vector.shape == (openai_server.embedding_dimension,)
+    assert "\ud800" not in openai_server.embedding_requests[-1]["input"][0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -51,7 +51,7 @@ class ReadOnlyFileStorage(FileMemoryStorage):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
-        folded: Mapping[str, Mapping[str, Any]] | None = None,
+        folded: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> bool:
         if type(self).refuse_saves:
             return False

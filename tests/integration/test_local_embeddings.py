@@ -38,6 +38,8 @@ def test_the_local_model_embeds_offline_and_tells_a_paraphrase_from_another_fact
     assert query.shape == (384,)
     assert int(np.argmax(facts @ query)) in (0, 1, 3)
     assert get_embedder(isolated_config) is embedder  # one model per process
+    # A lone surrogate (no UTF-8 encoder takes it) is replaced, not a crash on the request path.
+    assert embedder.embed_query("green tea \ud800").shape == (384,)
 
 
 def test_semantic_search_with_the_local_model_finds_chinese_facts_by_meaning(

@@ -12,9 +12,7 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -25,7 +23,6 @@ from sqlalchemy import create_engine, event, text
 
 from memstore.cli import main
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.document import create_empty_memory
 from memstore.embedding import get_embedder
 from memstore.errors import QueryError, SimilarFactError
 from memstore.gateway.middleware import MemoryMiddleware
@@ -35,7 +32,6 @@ from memstore.integrations.fastapi import create_memory_router
 from memstore.ops.embeddings import embed_facts, embedding_report
 from memstore.ops.facts import create_memory_fact, search_memory_facts
 from memstore.queries import FactFilter, erase_user, search_facts
-from memstore.queue import reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine, load_sqlite_vec
@@ -44,76 +40,15 @@ from memstore.update.similarity import fold_similar
 from memstore.update.updater import MemoryUpdater
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.remember_llm import remember_reply
+from tests.support.semantic import MODEL, STORED, backend, doc, fact, json_value, vector_rows
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = "test-embed"
-STORED = f"openai:{MODEL}"
-"""What the stored vectors name: the provider and its model."""
-
-
-def _fact(fact_id: str, content: str, confidence: float = 0.8, category: str = "context") -> dict[str, Any]:
-    return {
-        "id": fact_id,
-        "content": content,
-        "category": category,
-        "confidence": confidence,
-        "createdAt": "2026-07-14T15:35:46Z",
-        "source": "thread-1",
-    }
-
-
-def _doc(*facts: dict[str, Any]) -> dict[str, Any]:
-    doc = create_empty_memory()
-    doc["facts"] = list(facts)
-    return doc
-
-
-@pytest.fixture
-def semantic(
-    sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
-) -> Iterator[SqlMemoryStorage]:
-    """The process-wide SQL provider with embeddings from the test server."""
-    isolated_config.database_url = sql_url
-    isolated_config.embedding_model = MODEL
-    isolated_config.embedding_base_url = openai_server.base_url
-    isolated_config.embedding_provider = "openai"
-    isolated_config.dedup_similarity = 0.8
-    reset_memory_storage()
-    reset_memory_queue()
-    storage = get_memory_storage()
-    assert isinstance(storage, SqlMemoryStorage)
-    yield storage
-    reset_memory_queue()
-    reset_memory_storage()
-
-
-def _backend(storage: SqlMemoryStorage) -> str:
-    """What this machine's database offers: CI's Python cannot load SQLite extensions."""
-    return storage.vectors.status().backend
-
-
-def _json(value: Any) -> Any:
-    """A JSON column read through raw SQL: text on SQLite, decoded already on PostgreSQL."""
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _vector_rows(storage: SqlMemoryStorage) -> dict[str, str]:
-    with get_engine(storage.url).connect() as conn:
-        rows = conn.execute(
-            text(
-                "SELECT f.fact_id, e.model FROM memory_fact_embeddings e"
-                " JOIN memory_facts f ON f.id = e.fact_row_id"
-            )
-        ).all()
-    return {row[0]: row[1] for row in rows}
-
-
 # --- storage: vectors belong to a fact's current content, under one model ---------------------------
 
 
 def test_vectors_are_stored_per_fact_and_ignored_once_the_content_changes(semantic: SqlMemoryStorage) -> None:
     storage = semantic
-    assert storage.save(_doc(_fact("fact_00000001", "User drinks green tea")), user_id="alice")
+    assert storage.save(doc(fact("fact_00000001", "User drinks green tea")), user_id="alice")
     assert embed_facts() == 1
     scope = ("alice", None)
     found = storage.vectors.fact_vectors(scope, STORED, [("fact_00000001", "User drinks green tea")])
@@ -132,19 +67,19 @@ def test_vectors_are_stored_per_fact_and_ignored_once_the_content_changes(semant
 
 def test_a_vector_is_not_stored_for_a_fact_edited_while_it_was_embedded(semantic: SqlMemoryStorage) -> None:
     storage = semantic
-    assert storage.save(_doc(_fact("fact_00000001", "User drinks green tea")), user_id="alice")
+    assert storage.save(doc(fact("fact_00000001", "User drinks green tea")), user_id="alice")
     stale = ("fact_00000001", "User drank something else", np.ones(8, dtype=np.float32) / np.sqrt(8))
     assert storage.vectors.store_vectors(("alice", None), STORED, [stale]) == 0
-    assert _vector_rows(storage) == {}
+    assert vector_rows(storage) == {}
 
 
 def test_deleting_a_scope_deletes_its_vectors(semantic: SqlMemoryStorage) -> None:
     storage = semantic
-    assert storage.save(_doc(_fact("fact_00000001", "User drinks green tea")), user_id="alice")
+    assert storage.save(doc(fact("fact_00000001", "User drinks green tea")), user_id="alice")
     embed_facts()
-    assert _vector_rows(storage) == {"fact_00000001": STORED}
+    assert vector_rows(storage) == {"fact_00000001": STORED}
     erase_user("alice")
-    assert _vector_rows(storage) == {}
+    assert vector_rows(storage) == {}
 
 
 # --- similarity dedup at insert ---------------------------------------------------------------------
@@ -160,16 +95,16 @@ def test_manual_create_refuses_a_paraphrase_and_keeps_a_different_fact(semantic:
         "User likes green tea",
         "User works at Acme",
     ]
-    assert set(_vector_rows(semantic)) == {fact["id"] for fact in memory["facts"]}
+    assert set(vector_rows(semantic)) == {fact["id"] for fact in memory["facts"]}
 
 
 def test_the_updater_folds_a_paraphrase_into_the_live_fact_and_audits_it(semantic: SqlMemoryStorage) -> None:
     storage = semantic
-    storage.save(_doc(_fact("fact_00000001", "User likes green tea", 0.75, "preference")), user_id="alice")
+    storage.save(doc(fact("fact_00000001", "User likes green tea", 0.75, "preference")), user_id="alice")
     current = storage.load(user_id="alice")
     proposed = storage.load(user_id="alice")
-    proposed["facts"].append(_fact("fact_00000002", "User likes green tea a lot", 0.95, "preference"))
-    proposed["facts"].append(_fact("fact_00000003", "User works at Acme", 0.9, "context"))
+    proposed["facts"].append(fact("fact_00000002", "User likes green tea a lot", 0.95, "preference"))
+    proposed["facts"].append(fact("fact_00000003", "User works at Acme", 0.9, "context"))
     config = get_memory_config()
     embedder = get_embedder(config)
     assert embedder is not None
@@ -180,8 +115,9 @@ def test_the_updater_folds_a_paraphrase_into_the_live_fact_and_audits_it(semanti
     assert set(kept) == {"fact_00000001", "fact_00000003"}
     assert kept["fact_00000001"]["confidence"] == 0.95  # the higher confidence is kept
     assert set(folds.folded) == {"fact_00000001"}
-    assert folds.folded["fact_00000001"]["reason"] == "similar"
-    assert folds.folded["fact_00000001"]["content"] == "User likes green tea a lot"
+    [detail] = folds.folded["fact_00000001"]
+    assert detail["reason"] == "similar"
+    assert detail["content"] == "User likes green tea a lot"
 
     assert storage.save(folds.memory, user_id="alice", origin="t-9", folded=folds.folded)
     storage.vectors.store_vectors(("alice", None), STORED, folds.vectors)
@@ -198,10 +134,10 @@ def test_the_updater_folds_a_paraphrase_into_the_live_fact_and_audits_it(semanti
         confirmed = conn.execute(
             text("SELECT last_confirmed_at FROM memory_facts WHERE fact_id = 'fact_00000001'")
         ).scalar_one()
-    details = [_json(row[2]) for row in audit if row[2] is not None]
+    details = [json_value(row[2]) for row in audit if row[2] is not None]
     assert any(detail["reason"] == "similar" and detail["similarity"] >= 0.8 for detail in details)
     assert confirmed is not None
-    assert set(_vector_rows(storage)) == {"fact_00000001", "fact_00000003"}
+    assert set(vector_rows(storage)) == {"fact_00000001", "fact_00000003"}
 
 
 def test_a_queued_update_folds_a_paraphrase_and_embeds_what_it_keeps(
@@ -211,7 +147,7 @@ def test_a_queued_update_folds_a_paraphrase_and_embeds_what_it_keeps(
     isolated_config.model_name = "test-chat"
     isolated_config.extractor = "llm"
     openai_server.default_reply = remember_reply
-    semantic.save(_doc(_fact("fact_00000001", "User likes green tea", 0.75, "context")), user_id="alice")
+    semantic.save(doc(fact("fact_00000001", "User likes green tea", 0.75, "context")), user_id="alice")
     messages = [
         {"role": "user", "content": "Remember: User likes green tea a lot. Remember: User works at Acme."},
         {"role": "assistant", "content": "Noted."},
@@ -220,7 +156,7 @@ def test_a_queued_update_folds_a_paraphrase_and_embeds_what_it_keeps(
     facts = {fact["content"]: fact for fact in semantic.load(user_id="alice")["facts"]}
     assert set(facts) == {"User likes green tea", "User works at Acme"}
     assert facts["User likes green tea"]["confidence"] == 0.9
-    assert set(_vector_rows(semantic)) == {fact["id"] for fact in facts.values()}
+    assert set(vector_rows(semantic)) == {fact["id"] for fact in facts.values()}
     with get_engine(semantic.url).connect() as conn:
         details = (
             conn.execute(
@@ -232,7 +168,7 @@ def test_a_queued_update_folds_a_paraphrase_and_embeds_what_it_keeps(
             .scalars()
             .all()
         )
-    assert [_json(detail)["content"] for detail in details] == ["User likes green tea a lot"]
+    assert [json_value(detail)["content"] for detail in details] == ["User likes green tea a lot"]
 
 
 def test_without_embeddings_a_paraphrase_is_a_new_fact(sql_url: str, isolated_config: MemoryConfig) -> None:
@@ -247,10 +183,10 @@ def test_without_embeddings_a_paraphrase_is_a_new_fact(sql_url: str, isolated_co
 
 
 FACTS = (
-    _fact("fact_000000a1", "User codes in Rust at work", 0.95),
-    _fact("fact_000000a2", "User lives in Berlin", 0.9),
-    _fact("fact_000000a3", "User drinks green tea every morning", 0.8),
-    _fact("fact_000000a4", "User is not vegetarian anymore", 0.7, "correction"),
+    fact("fact_000000a1", "User codes in Rust at work", 0.95),
+    fact("fact_000000a2", "User lives in Berlin", 0.9),
+    fact("fact_000000a3", "User drinks green tea every morning", 0.8),
+    fact("fact_000000a4", "User is not vegetarian anymore", 0.7, "correction"),
 )
 
 
@@ -260,7 +196,7 @@ def _facts_order(block: str) -> list[str]:
 
 
 def test_the_injection_order_follows_the_query_and_corrections_stay_first(semantic: SqlMemoryStorage) -> None:
-    semantic.save(_doc(*FACTS), user_id="alice")
+    semantic.save(doc(*FACTS), user_id="alice")
     embed_facts()
     middleware = MemoryMiddleware()
     plain = _facts_order(middleware.memory_context(user_id="alice"))
@@ -284,10 +220,10 @@ def test_query_aware_injection_stays_within_the_budget(
     semantic: SqlMemoryStorage, isolated_config: MemoryConfig
 ) -> None:
     many = [
-        _fact(f"fact_{i:08x}", f"User remembers item number {i} about topic {i % 7}", 0.5 + i / 1000)
+        fact(f"fact_{i:08x}", f"User remembers item number {i} about topic {i % 7}", 0.5 + i / 1000)
         for i in range(300)
     ]
-    semantic.save(_doc(*many), user_id="alice")
+    semantic.save(doc(*many), user_id="alice")
     embed_facts()
     isolated_config.max_injection_tokens = 200
     block = MemoryMiddleware().memory_context(user_id="alice", query="topic 3")
@@ -302,7 +238,7 @@ def test_a_query_without_embeddings_keeps_the_confidence_order(
 ) -> None:
     isolated_config.database_url = sql_url
     reset_memory_storage()
-    get_memory_storage().save(_doc(*FACTS), user_id="alice")
+    get_memory_storage().save(doc(*FACTS), user_id="alice")
     middleware = MemoryMiddleware()
     assert middleware.memory_context(user_id="alice", query="green tea") == middleware.memory_context(
         user_id="alice"
@@ -312,7 +248,7 @@ def test_a_query_without_embeddings_keeps_the_confidence_order(
 def test_an_embedding_outage_costs_the_relevance_order_not_the_memory(
     semantic: SqlMemoryStorage, openai_server: OpenAIStubServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    semantic.save(_doc(*FACTS), user_id="alice")
+    semantic.save(doc(*FACTS), user_id="alice")
     embed_facts()
     plain = MemoryMiddleware().memory_context(user_id="alice")
     openai_server.fail_embeddings(503)
@@ -328,7 +264,7 @@ def test_a_slow_embeddings_endpoint_costs_the_order_not_the_memory(
     isolated_config: MemoryConfig,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    semantic.save(_doc(*FACTS), user_id="alice")
+    semantic.save(doc(*FACTS), user_id="alice")
     embed_facts()
     plain = MemoryMiddleware().memory_context(user_id="alice")
     isolated_config.memory_context_timeout_seconds = 2.0  # the query's embedding gets 1 s
@@ -343,9 +279,9 @@ def test_a_slow_embeddings_endpoint_costs_the_order_not_the_memory(
 
 
 def test_semantic_search_never_returns_another_users_fact(semantic: SqlMemoryStorage) -> None:
-    semantic.save(_doc(_fact("fact_00000001", "User drinks green tea")), user_id="alice")
-    semantic.save(_doc(_fact("fact_00000002", "User drinks green tea")), user_id="bob")
-    semantic.save(_doc(_fact("fact_00000003", "User drinks green tea")), user_id="alice", agent_name="coder")
+    semantic.save(doc(fact("fact_00000001", "User drinks green tea")), user_id="alice")
+    semantic.save(doc(fact("fact_00000002", "User drinks green tea")), user_id="bob")
+    semantic.save(doc(fact("fact_00000003", "User drinks green tea")), user_id="alice", agent_name="coder")
     embed_facts()
     for mode in ("semantic", "hybrid"):
         page = search_facts("green tea", FactFilter(user_id="alice", agent_name=None), mode=mode)
@@ -359,12 +295,12 @@ def test_semantic_search_never_returns_another_users_fact(semantic: SqlMemorySto
 
 
 def test_semantic_search_ranks_by_meaning_and_reports_its_backend(semantic: SqlMemoryStorage) -> None:
-    semantic.save(_doc(*FACTS), user_id="alice")
+    semantic.save(doc(*FACTS), user_id="alice")
     embed_facts()
     page = search_facts("tea in the morning", FactFilter(user_id="alice"), mode="semantic", limit=2)
     assert page.facts[0].fact_id == "fact_000000a3"
     assert page.facts[0].rank is not None and page.facts[0].rank > page.facts[1].rank  # type: ignore[operator]
-    assert page.search_mode == f"semantic:{_backend(semantic)}"
+    assert page.search_mode == f"semantic:{backend(semantic)}"
     assert page.total == 4
     hybrid = search_facts("tea in the morning", FactFilter(user_id="alice"), mode="hybrid", limit=2)
     assert hybrid.facts[0].fact_id == "fact_000000a3"
@@ -385,7 +321,7 @@ def test_semantic_search_without_embeddings_is_a_clear_error(
 def test_search_modes_on_the_cli_the_http_api_and_the_tools(
     semantic: SqlMemoryStorage, openai_server: OpenAIStubServer
 ) -> None:
-    semantic.save(_doc(*FACTS), user_id="alice")
+    semantic.save(doc(*FACTS), user_id="alice")
     embed_facts()
     result = CliRunner().invoke(
         main, ["facts", "search", "tea in the morning", "--mode", "semantic", "--json"]
@@ -419,7 +355,7 @@ def test_search_modes_on_the_cli_the_http_api_and_the_tools(
 def test_a_model_change_is_detected_and_rebuild_re_embeds(
     semantic: SqlMemoryStorage, isolated_config: MemoryConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
-    semantic.save(_doc(*FACTS), user_id="alice")
+    semantic.save(doc(*FACTS), user_id="alice")
     assert embed_facts() == 4
     isolated_config.embedding_model = "test-embed-v2"
     reset_memory_storage()
@@ -437,7 +373,7 @@ def test_a_model_change_is_detected_and_rebuild_re_embeds(
     after = json.loads(result.stdout)
     assert after["missing"] == 0
     assert after["other_models"] == {}
-    assert set(_vector_rows(semantic).values()) == {"openai:test-embed-v2"}
+    assert set(vector_rows(semantic).values()) == {"openai:test-embed-v2"}
 
 
 @pytest.mark.parametrize("where", [FactFilter(), FactFilter(user_id="bob"), FactFilter(category="goal")])
@@ -456,7 +392,7 @@ def test_the_sqlite_vec_backend_ranks_exactly_like_the_exact_scan(
     words = ["tea", "coffee", "berlin", "rust", "python", "hiking", "piano", "chess"]
     for user in ("alice", "bob", "carol"):
         facts = [
-            _fact(
+            fact(
                 f"fact_{i:08x}",
                 f"{user} {words[i % 8]} {words[(i * 3) % 8]} note {i}",
                 0.7,
@@ -464,7 +400,7 @@ def test_the_sqlite_vec_backend_ranks_exactly_like_the_exact_scan(
             )
             for i in range(40)
         ]
-        storage.save(_doc(*facts), user_id=user)
+        storage.save(doc(*facts), user_id=user)
     embed_facts()
     vector = get_embedder(get_memory_config()).embed_query("tea and piano")  # type: ignore[union-attr]
 
@@ -478,7 +414,7 @@ def test_the_sqlite_vec_backend_ranks_exactly_like_the_exact_scan(
         native = nearest_facts(with_vec, where, vector, model=STORED, limit=15, offset=5)
     finally:
         with_vec.dispose()
-    if _backend(storage) == "exact":
+    if backend(storage) == "exact":
         assert exact.search_mode == "semantic:exact"
     assert native.search_mode == "semantic:sqlite-vec"
     assert native.total == exact.total > 0
@@ -519,12 +455,12 @@ def test_the_evaluation_script_runs_on_the_labelled_set(
 def test_embed_status_reports_and_embeds_nothing(
     semantic: SqlMemoryStorage, isolated_config: MemoryConfig
 ) -> None:
-    semantic.save(_doc(*FACTS), user_id="alice")
+    semantic.save(doc(*FACTS), user_id="alice")
     status = CliRunner().invoke(main, ["embed", "--status"])
     assert status.exit_code == 0, status.output
     assert "live facts: 4" in status.output and "missing:    4" in status.output
     assert f"model:      {STORED}" in status.output
-    assert _vector_rows(semantic) == {}
+    assert vector_rows(semantic) == {}
     done = CliRunner().invoke(main, ["embed"])
     assert done.exit_code == 0 and "missing:    0" in done.output
     isolated_config.embedding_provider = "none"

@@ -7,7 +7,7 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar, cast
@@ -63,7 +63,7 @@ class RecordingStorage(FileMemoryStorage):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
-        folded: Mapping[str, Mapping[str, Any]] | None = None,
+        folded: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> bool:
         RecordingStorage.saved.append(memory)
         return False if RecordingStorage.refuse_saves else super().save(memory, agent_name, user_id=user_id)

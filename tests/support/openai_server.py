@@ -45,6 +45,10 @@ class OpenAIStubServer:
     embedding_requests: list[dict[str, Any]] = field(default_factory=list)
     embedding_dimension: int = DIMENSION
     embedding_delay: float = 0.0
+    embedding_trickle: float = 0.0
+    """Seconds between the bytes of an embeddings reply: slow overall, yet no single read waits long."""
+    embedding_raw: tuple[bytes, str] | None = None
+    """A body and content type to answer every embeddings request with (a proxy's page, non-JSON...)."""
     _replies: deque[Reply | ScriptedError] = field(default_factory=deque)
     _embedding_failure: ScriptedError | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -138,6 +142,9 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
             if isinstance(vectors, ScriptedError):
                 self._send(vectors.status, {"error": {"message": vectors.message, "type": "scripted"}})
                 return
+            if state.embedding_raw is not None:
+                self._send_bytes(200, *state.embedding_raw)
+                return
             data = [
                 {
                     "object": "embedding",
@@ -151,18 +158,43 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
                 for index, vector in enumerate(vectors)
             ]
             usage = {"prompt_tokens": 1, "total_tokens": 1}
-            self._send(200, {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage})
+            reply = {"object": "list", "data": data, "model": body.get("model", ""), "usage": usage}
+            self._send(200, reply, trickle=state.embedding_trickle)
 
-        def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        def _send(
+            self,
+            status: int,
+            payload: dict[str, Any],
+            headers: dict[str, str] | None = None,
+            *,
+            trickle: float = 0.0,
+        ) -> None:
             data = json.dumps(payload).encode("utf-8")
+            self._send_bytes(status, data, "application/json", headers, trickle=trickle)
+
+        def _send_bytes(
+            self,
+            status: int,
+            data: bytes,
+            content_type: str,
+            headers: dict[str, str] | None = None,
+            *,
+            trickle: float = 0.0,
+        ) -> None:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
             try:
                 self.end_headers()
-                self.wfile.write(data)
+                if trickle > 0:
+                    for start in range(0, len(data), 64):
+                        self.wfile.write(data[start : start + 64])
+                        self.wfile.flush()
+                        time.sleep(trickle)
+                else:
+                    self.wfile.write(data)
             except (BrokenPipeError, ConnectionResetError):
                 # The client gave up (its timeout) or died (a SIGKILLed gateway) while we waited.
                 self.close_connection = True

@@ -46,7 +46,7 @@ from memstore.inject.relevance import bm25_scores, ranked_order
 from memstore.integrations.deerflow.deermem_facts import fact_revision, next_version, to_deermem, to_memstore
 from memstore.integrations.deerflow.opening import LazySql
 from memstore.ops.facts import rank_by_meaning
-from memstore.scope import make_safe_user_id
+from memstore.scope import make_safe_user_id, resolve_scope
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.codec import INCARNATION_KEY
 
@@ -283,7 +283,7 @@ class DeerMemStore:
                 if category is None or fact.get("category") == category
             ]
             if meaning:
-                where = (self._user(user), self._bucket(agent))
+                where = resolve_scope(self._bucket(agent), self._user(user))
                 ranked = rank_by_meaning(
                     sql, facts, text, "semantic" if mode == "semantic" else "hybrid", where
                 )

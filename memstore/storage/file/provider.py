@@ -8,7 +8,7 @@ import logging
 import os
 import tempfile
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ class FileMemoryStorage(FileOperations):
         captured_at: datetime | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
-        folded: Mapping[str, Mapping[str, Any]] | None = None,
+        folded: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> bool:
         """Write the document atomically; files keep no audit trail or signals (``removals``,
         ``confirmed``, ``folded`` and ``origin`` are ignored)."""

@@ -13,7 +13,9 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, and_, bindparam, delete, func, insert, select
+from sqlalchemy import Connection, and_, bindparam, func, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from memstore.document import fact_content_key
 from memstore.embedding.vectors import from_blob, to_blob
@@ -45,17 +47,10 @@ _SCOPE_VECTORS = (
     )
 )
 
-_DELETE_VECTOR = delete(_vectors).where(
-    _vectors.c.fact_row_id.in_(
-        _LIVE_IN_SCOPE.where(
-            _facts.c.fact_id == bindparam("b_fact_id"), _facts.c.content_key == bindparam("b_content_key")
-        ).scalar_subquery()
-    )
-)
+_VECTOR_COLUMNS = ["fact_row_id", "scope_id", "model", "dimension", "content_key", "vector", "embedded_at"]
 # Only for a live fact whose content is still what was embedded: a fact edited or deleted while
 # its text was with the embedding endpoint gets no vector (it is embedded again later).
-_INSERT_VECTOR = insert(_vectors).from_select(
-    ["fact_row_id", "scope_id", "model", "dimension", "content_key", "vector", "embedded_at"],
+_VECTOR_SOURCE = (
     select(
         _facts.c.id,
         _facts.c.scope_id,
@@ -71,8 +66,20 @@ _INSERT_VECTOR = insert(_vectors).from_select(
         _facts.c.deleted_revision.is_(None),
         _facts.c.fact_id == bindparam("b_fact_id"),
         _facts.c.content_key == bindparam("b_content_key"),
-    ),
+    )
 )
+
+
+def _upsert_vector(dialect: str) -> Any:
+    """Insert or replace a fact's vector in one statement: two writers embedding one fact at once
+    (the worker and ``memstore embed``, two first searches) both succeed, the later one's row stays."""
+    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+    statement = insert(_vectors).from_select(_VECTOR_COLUMNS, _VECTOR_SOURCE)
+    replaced = {name: statement.excluded[name] for name in _VECTOR_COLUMNS if name != "fact_row_id"}
+    return statement.on_conflict_do_update(index_elements=["fact_row_id"], set_=replaced)
+
+
+_UPSERT_VECTOR = {dialect: _upsert_vector(dialect) for dialect in ("postgresql", "sqlite")}
 
 _FACT_ROW = (_facts.c.id, _scopes.c.user_id, _scopes.c.agent_name, _facts.c.fact_id, _facts.c.content)
 _IN_ORDER = (_facts.c.deleted_revision.is_(None), _facts.c.id > bindparam("b_after"))
@@ -142,9 +149,8 @@ def store_vectors(
     written = 0
     for fact_id, content, vector in items:
         bound = {**keys, "b_fact_id": fact_id, "b_content_key": fact_content_key(content)}
-        conn.execute(_DELETE_VECTOR, bound)
         result = conn.execute(
-            _INSERT_VECTOR,
+            _UPSERT_VECTOR[dialect],
             {
                 **bound,
                 "b_model": model,

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory
 from memstore.errors import (
+    FoldTargetGoneError,
     LeaseLostError,
     MalformedDocumentError,
     StaleDocumentError,
@@ -76,6 +77,7 @@ from memstore.storage.sql.write import (
     inherited_signals,
     late_write,
     plan_save,
+    vanished_fold_targets,
 )
 
 logger = logging.getLogger(__name__)
@@ -222,13 +224,14 @@ class SqlMemoryStorage(MemoryStorage):
         lease: QueueLease | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: Collection[str] = (),
-        folded: Mapping[str, Mapping[str, Any]] | None = None,
+        folded: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> bool:
         """Merge ``memory`` into the scope (see ``merge.py``); ``origin`` is recorded in the audit trail.
 
         ``removals`` reach the audit rows of the facts the save tombstones as ``detail``;
         ``confirmed`` and ``folded`` facts get ``last_confirmed_at`` in the same transaction (no
-        content change), and each fold an audit row of its own.
+        content change), and each fold an audit row of its own; a fold target another writer
+        deleted raises ``FoldTargetGoneError`` and saves nothing.
 
         With a queue ``lease``, a save that changes anything also completes the leased queue row
         in the same transaction, and raises ``LeaseLostError`` (saving nothing) when another
@@ -341,7 +344,7 @@ class SqlMemoryStorage(MemoryStorage):
         lease: QueueLease | None = None,
         removals: Mapping[str, Mapping[str, Any]] | None = None,
         confirmed: list[str] | None = None,
-        folded: Mapping[str, Mapping[str, Any]] | None = None,
+        folded: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
     ) -> CacheEntry | None:
         """Run the save transaction; returns what to cache, or None when there is nothing to cache.
 
@@ -383,6 +386,10 @@ class SqlMemoryStorage(MemoryStorage):
                         plan.removal_detail[fact_id] = dict(removals[fact_id])
                 if not plan.changed and clear:
                     return None
+                gone = vanished_fold_targets(plan, folded)
+                if gone:
+                    transaction.rollback()
+                    raise FoldTargetGoneError(f"facts {sorted(gone)} were deleted by another writer")
                 if folded and not created:
                     revision = plan.revision if plan.changed else scope_row.revision
                     audit_folds(conn, scope_row.scope_id, revision, now, origin, folded)

@@ -69,9 +69,17 @@ def nearest_facts(
         backend = vector_backend(conn)
         if backend == "exact":
             return _exact(conn, conditions, vector, limit, offset)
-        similarity = _similarity(backend, vector, dimension)
-        query = select(*RECORD_COLUMNS, similarity.label("rank")).select_from(_WITH_VECTOR).where(*conditions)
-        order = (similarity.desc(), _facts.c.confidence.desc(), _facts.c.id)
+        distance = _distance(backend, vector, dimension)
+        query = (
+            select(*RECORD_COLUMNS, (1 - distance).label("rank")).select_from(_WITH_VECTOR).where(*conditions)
+        )
+        # pgvector: the distance alone, ascending, the only order its HNSW or IVFFlat index can serve.
+        # sqlite-vec scans anyway: ties go to the more confident fact, a zero vector (NULL) last.
+        order = (
+            (distance.asc(),)
+            if backend == "pgvector"
+            else (distance.asc().nulls_last(), _facts.c.confidence.desc(), _facts.c.id)
+        )
         return fact_page(conn, query, order, limit, offset, f"semantic:{backend}")
 
 
@@ -87,15 +95,15 @@ class _PgVector(UserDefinedType[Any]):
         return f"vector({self.dimension})"
 
 
-def _similarity(backend: VectorBackend, vector: np.ndarray, dimension: int) -> ColumnElement[float]:
+def _distance(backend: VectorBackend, vector: np.ndarray, dimension: int) -> ColumnElement[float]:
+    """Cosine distance (1 - similarity) to ``vector``, in the backend's own function or operator."""
     if backend == "sqlite-vec":
         blob = bindparam("b_query", to_blob(vector), type_=LargeBinary())
-        return 1 - func.vec_distance_cosine(_vectors.c.vector, blob)
+        return func.vec_distance_cosine(_vectors.c.vector, blob)
     literal = "[" + ",".join(repr(float(value)) for value in vector) + "]"
-    distance = cast(_vectors.c.vector, _PgVector(dimension)).op("<=>", return_type=Float())(
+    return cast(_vectors.c.vector, _PgVector(dimension)).op("<=>", return_type=Float())(
         cast(bindparam("b_query", literal), _PgVector(dimension))
     )
-    return 1 - distance
 
 
 def _exact(

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -225,7 +225,7 @@ def audit_folds(
     revision: int,
     now: datetime,
     origin: str,
-    folded: Mapping[str, Mapping[str, Any]],
+    folded: Mapping[str, Sequence[Mapping[str, Any]]],
 ) -> None:
     """One audit row per new fact folded into a live one (``update.similarity``): the fact is unchanged
     unless its confidence rose, which the plan's own row records."""
@@ -244,9 +244,17 @@ def audit_folds(
                 "b_after": None,
                 "b_detail": dict(detail),
             }
-            for fact_id, detail in folded.items()
+            for fact_id, details in folded.items()
+            for detail in details
         ],
     )
+
+
+def vanished_fold_targets(plan: MergePlan, folded: Mapping[str, object] | None) -> set[str]:
+    """Fold targets the merged result no longer holds: another writer deleted them."""
+    if not folded:
+        return set()
+    return folded.keys() - {values.fact_id for values in plan.facts}
 
 
 def annotate_deletions(conn: Connection, scope: Scope, details: Mapping[str, Mapping[str, Any]]) -> None:
