@@ -12,6 +12,7 @@ import json
 import logging
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ from memstore.ops.embeddings import embed_facts, embedding_report
 from memstore.ops.facts import create_memory_fact, search_memory_facts
 from memstore.queries import FactFilter, erase_user, search_facts
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql import SqlMemoryStorage, embeddings
 from memstore.storage.sql.engine import get_engine, load_sqlite_vec
 from memstore.storage.sql.semantic import nearest_facts, vector_backend
 from memstore.update.similarity import fold_similar
@@ -78,8 +79,17 @@ def test_deleting_a_scope_deletes_its_vectors(semantic: SqlMemoryStorage) -> Non
     assert storage.save(doc(fact("fact_00000001", "User drinks green tea")), user_id="alice")
     embed_facts()
     assert vector_rows(storage) == {"fact_00000001": STORED}
+    named = [("fact_00000001", "User drinks green tea")]
+    cached = storage.vectors.fact_vectors(("alice", None), STORED, named)["fact_00000001"]
     erase_user("alice")
     assert vector_rows(storage) == {}
+    # Nothing of the erased user stays in the process either: a new alice's fact, same id and text,
+    # ranks by its own vector, not the cached one.
+    assert storage.save(doc(fact("fact_00000001", "User drinks green tea")), user_id="alice")
+    fresh = np.roll(cached, 1)
+    with get_engine(storage.url).begin() as conn:
+        embeddings.store_vectors(conn, ("alice", None), STORED, [(*named[0], fresh)], datetime.now(UTC))
+    assert np.allclose(storage.vectors.fact_vectors(("alice", None), STORED, named)["fact_00000001"], fresh)
 
 
 # --- similarity dedup at insert ---------------------------------------------------------------------

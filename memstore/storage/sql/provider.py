@@ -313,6 +313,7 @@ class SqlMemoryStorage(MemoryStorage):
 
     def erase_user(self, user_id: str) -> dict[str, int]:
         counts = maintenance.erase_user(self._engine, user_id, datetime.now(UTC))
+        self.vectors.forget_user(user_id)
         with self._lock:
             for scope in [scope for scope in self._cache if scope[0] == user_id]:
                 del self._cache[scope]

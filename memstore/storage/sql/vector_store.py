@@ -86,6 +86,12 @@ class SqlVectorStore:
                 _, dropped = self._cache.popitem(last=False)
                 self._cached -= len(dropped)
 
+    def forget_user(self, user_id: str) -> None:
+        """Drop an erased user's cached vectors: an erasure leaves nothing of theirs in memory either."""
+        with self._lock:
+            for key in [key for key in self._cache if key[0][0] == user_id]:
+                self._cached -= len(self._cache.pop(key))
+
     def store_vectors(self, scope: Scope, model: str, items: Sequence[tuple[str, str, np.ndarray]]) -> int:
         if not items:
             return 0
