@@ -4,20 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from memstore.errors import EmbeddingError
-
 _FLOAT32 = np.dtype("<f4")
 
 
 def to_blob(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=_FLOAT32).tobytes()
-
-
-def from_blob(blob: bytes, dimension: int) -> np.ndarray:
-    """The vector stored as ``blob``; a length that is not ``dimension`` floats is an error, not a guess."""
-    if len(blob) != dimension * _FLOAT32.itemsize:
-        raise EmbeddingError(f"a stored vector has {len(blob)} bytes, not {dimension} float32 values")
-    return np.frombuffer(blob, dtype=_FLOAT32).astype(np.float32)
 
 
 def normalized(matrix: np.ndarray) -> np.ndarray:

@@ -18,9 +18,12 @@ from sqlalchemy import text
 
 from memstore.config import MemoryConfig
 from memstore.embedding import loader
+from memstore.errors import EmbeddingError
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.ops.embeddings import embed_facts
 from memstore.ops.facts import delete_memory_fact
+from memstore.queries import FactFilter, search_facts
+from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import embeddings as vector_rows_sql
 from memstore.storage.sql.engine import get_engine
@@ -220,3 +223,22 @@ def test_two_writers_of_one_facts_vector_both_succeed(
         found = vector_rows_sql.scope_vectors(conn, scope, STORED, ["fact_00000001"])
     assert np.allclose(found["fact_00000001"][1], second)  # the later writer's vector stands
     storage.close()
+
+
+def test_a_corrupt_stored_vector_is_a_clear_error_and_costs_injection_only_its_order(
+    semantic: SqlMemoryStorage, caplog: pytest.LogCaptureFixture
+) -> None:
+    semantic.save(doc(*FACTS), user_id="alice")
+    embed_facts()
+    plain = MemoryMiddleware().memory_context(user_id="alice")
+    with get_engine(semantic.url).begin() as conn:  # a vector one value short of its dimension
+        short = (
+            "array_remove(vector, vector[1])" if conn.dialect.name == "postgresql" else "substr(vector, 5)"
+        )
+        conn.execute(text(f"UPDATE memory_fact_embeddings SET vector = {short}"))
+    reset_memory_storage()  # no cached vectors: read them again
+    with pytest.raises(EmbeddingError, match="not 256 float32 values"):
+        search_facts("green tea", FactFilter(), mode="semantic")
+    with caplog.at_level(logging.WARNING):
+        assert MemoryMiddleware().memory_context(user_id="alice", query="green tea") == plain
+    assert "not 256 float32 values" in caplog.text

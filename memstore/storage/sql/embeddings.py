@@ -16,9 +16,11 @@ import numpy as np
 from sqlalchemy import Connection, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.document import fact_content_key
-from memstore.embedding.vectors import from_blob, to_blob
+from memstore.embedding.vectors import to_blob
+from memstore.errors import EmbeddingError
 from memstore.scope import Scope
 from memstore.storage.sql.models import embeddings_table as _vectors
 from memstore.storage.sql.models import facts_table as _facts
@@ -37,15 +39,32 @@ _LIVE_IN_SCOPE = (
     .where(SCOPE_MATCH, _facts.c.deleted_revision.is_(None))
 )
 
-_SCOPE_VECTORS = (
-    select(_facts.c.fact_id, _vectors.c.content_key, _vectors.c.vector, _vectors.c.dimension)
-    .select_from(_facts.join(_scopes, _scopes.c.id == _facts.c.scope_id).join(_vectors, _CURRENT))
-    .where(
-        SCOPE_MATCH,
-        _facts.c.deleted_revision.is_(None),
-        _facts.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
+
+def stored_vector(dialect: str) -> ColumnElement[Any]:
+    """The vector column as this module reads it: raw float32 bytes on SQLite; on PostgreSQL
+    ``array_send``'s binary array, which numpy parses in one call (text ``real[]`` costs a Python
+    float per element, about 40 times slower: 17 s instead of under a second for 100,000 vectors)."""
+    return func.array_send(_vectors.c.vector) if dialect == "postgresql" else _vectors.c.vector
+
+
+def _scope_vectors(dialect: str) -> Any:
+    return (
+        select(
+            _facts.c.fact_id,
+            _vectors.c.content_key,
+            _vectors.c.dimension,
+            stored_vector(dialect).label("raw"),
+        )
+        .select_from(_facts.join(_scopes, _scopes.c.id == _facts.c.scope_id).join(_vectors, _CURRENT))
+        .where(
+            SCOPE_MATCH,
+            _facts.c.deleted_revision.is_(None),
+            _facts.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
+        )
     )
-)
+
+
+_SCOPE_VECTORS = {dialect: _scope_vectors(dialect) for dialect in ("postgresql", "sqlite")}
 
 _VECTOR_COLUMNS = ["fact_row_id", "scope_id", "model", "dimension", "content_key", "vector", "embedded_at"]
 # Only for a live fact whose content is still what was embedded: a fact edited or deleted while
@@ -115,24 +134,47 @@ def vector_parameter(dialect: str, vector: np.ndarray) -> Any:
     return to_blob(vector)
 
 
-def vector_value(raw: Any, dimension: int) -> np.ndarray:
-    """A stored vector as float32, whichever way the dialect returned it."""
-    if isinstance(raw, bytes | bytearray | memoryview):
-        return from_blob(bytes(raw), dimension)
-    return np.asarray(raw, dtype=np.float32)
+_PG_ARRAY_HEADER = 20
+"""``array_send`` of a one-dimensional array: ndim, has-nulls flag, element type, length, lower bound."""
+_PG_ELEMENT = np.dtype([("length", ">i4"), ("value", ">f4")])
+
+
+def vector_matrix(raws: Sequence[bytes], dimension: int, dialect: str) -> np.ndarray:
+    """Vectors read through ``stored_vector`` as one float32 matrix, one row each, parsed in one call.
+
+    A value of another length (a corrupt row) is an ``EmbeddingError``, never a misaligned matrix.
+    """
+    if dialect == "postgresql":
+        size, header = _PG_ARRAY_HEADER + dimension * _PG_ELEMENT.itemsize, _PG_ARRAY_HEADER
+    else:
+        size, header = dimension * 4, 0
+    if any(len(raw) != size for raw in raws):
+        raise EmbeddingError(f"a stored vector is not {dimension} float32 values")
+    if dialect != "postgresql":
+        return np.frombuffer(b"".join(raws), dtype="<f4").reshape(len(raws), dimension).astype(np.float32)
+    elements = np.frombuffer(b"".join(bytes(raw)[header:] for raw in raws), dtype=_PG_ELEMENT)
+    if (elements["length"] != 4).any():  # a NULL element
+        raise EmbeddingError(f"a stored vector is not {dimension} float32 values")
+    return elements["value"].astype(np.float32).reshape(len(raws), dimension)
 
 
 def scope_vectors(
     conn: Connection, scope: Scope, model: str, fact_ids: Sequence[str]
 ) -> dict[str, tuple[str, np.ndarray]]:
     """The valid vectors of the named live facts: fact id to (content key, vector)."""
-    found: dict[str, tuple[str, np.ndarray]] = {}
     keys = scope_keys(scope)
+    statement = _SCOPE_VECTORS[conn.dialect.name]
+    by_dimension: dict[int, list[Any]] = {}
     for start in range(0, len(fact_ids), MAX_BOUND_IDS):
         chunk = list(fact_ids[start : start + MAX_BOUND_IDS])
-        rows = conn.execute(_SCOPE_VECTORS, {**keys, "b_model": model, "b_fact_ids": chunk})
-        for row in rows:
-            found[row.fact_id] = (row.content_key, vector_value(row.vector, row.dimension))
+        for row in conn.execute(statement, {**keys, "b_model": model, "b_fact_ids": chunk}):
+            by_dimension.setdefault(row.dimension, []).append(row)
+    found: dict[str, tuple[str, np.ndarray]] = {}
+    for dimension, rows in by_dimension.items():
+        matrix = vector_matrix([row.raw for row in rows], dimension, conn.dialect.name)
+        found.update(
+            (row.fact_id, (row.content_key, vector)) for row, vector in zip(rows, matrix, strict=True)
+        )
     return found
 
 

@@ -18,7 +18,6 @@ reported as the record's ``rank``.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any, Literal
 
 import numpy as np
@@ -29,7 +28,7 @@ from sqlalchemy.types import UserDefinedType
 
 from memstore.embedding.vectors import to_blob
 from memstore.storage.records import FactFilter, FactPage
-from memstore.storage.sql.embeddings import vector_value
+from memstore.storage.sql.embeddings import stored_vector, vector_matrix
 from memstore.storage.sql.models import embeddings_table as _vectors
 from memstore.storage.sql.models import facts_table as _facts
 from memstore.storage.sql.queries import LIVE_FACTS, RECORD_COLUMNS, fact_conditions, fact_page, fact_record
@@ -111,37 +110,31 @@ def _exact(
 ) -> FactPage:
     """Score every candidate vector with numpy, a chunk at a time, keeping the best ``offset + limit``."""
     keep = offset + limit
-    best: list[tuple[float, int]] = []  # a min-heap of (similarity, -row id): ties favour older rows
+    dialect = conn.dialect.name
+    dimension = int(vector.shape[0])
+    best_scores = np.empty(0, dtype=np.float32)
+    best_ids = np.empty(0, dtype=np.int64)
     total = 0
     scan = (
-        select(_facts.c.id, _vectors.c.vector, _vectors.c.dimension)
-        .select_from(_WITH_VECTOR)
-        .where(*conditions)
+        select(_facts.c.id, stored_vector(dialect).label("raw")).select_from(_WITH_VECTOR).where(*conditions)
     )
     result = conn.execution_options(yield_per=_SCAN_CHUNK).execute(scan)
     for chunk in result.partitions(_SCAN_CHUNK):
-        matrix = np.stack([vector_value(row.vector, row.dimension) for row in chunk])
-        scores = matrix @ vector
         total += len(chunk)
-        for row, score in zip(chunk, scores.tolist(), strict=True):
-            item = (score, -row.id)
-            if len(best) < keep:
-                heapq.heappush(best, item)
-            elif item > best[0]:
-                heapq.heapreplace(best, item)
-    ranked = sorted(best, reverse=True)[offset:]
+        scores = np.concatenate(
+            [best_scores, vector_matrix([row.raw for row in chunk], dimension, dialect) @ vector]
+        )
+        ids = np.concatenate([best_ids, np.fromiter((row.id for row in chunk), np.int64, len(chunk))])
+        best = np.lexsort((ids, -scores))[:keep]  # most similar first; ties favour older rows
+        best_scores, best_ids = scores[best], ids[best]
+    ranked = list(zip(best_scores.tolist(), best_ids.tolist(), strict=True))[offset:]
     if not ranked:
         return FactPage([], total, limit, offset, "semantic:exact")
-    ids = [-row_id for _, row_id in ranked]
     rows = conn.execute(
         select(*RECORD_COLUMNS, _facts.c.id.label("row_id"))
         .select_from(LIVE_FACTS)
-        .where(_facts.c.id.in_(ids))
+        .where(_facts.c.id.in_([row_id for _, row_id in ranked]))
     ).all()
     by_id = {row.row_id: row for row in rows}
-    records = [
-        fact_record(by_id[row_id], rank=score)
-        for score, row_id in ((s, -r) for s, r in ranked)
-        if row_id in by_id
-    ]
+    records = [fact_record(by_id[row_id], rank=score) for score, row_id in ranked if row_id in by_id]
     return FactPage(records, total, limit, offset, "semantic:exact")
