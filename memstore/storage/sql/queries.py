@@ -182,7 +182,7 @@ def fact_record(row: Any, *, rank: float | None = None) -> FactRecord:
     )
 
 
-def _scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
+def scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = []
     if where.user_id is not None:
         conditions.append(_scopes.c.user_id == where.user_id)
@@ -194,7 +194,7 @@ def _scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
 
 
 def fact_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
-    conditions = [_facts.c.deleted_revision.is_(None), *_scope_conditions(where)]
+    conditions = [_facts.c.deleted_revision.is_(None), *scope_conditions(where)]
     if where.category is not None:
         conditions.append(_facts.c.category == where.category)
     if where.min_confidence is not None:
@@ -245,7 +245,7 @@ def list_scopes(engine: Engine, user_id: str | None) -> list[Scope]:
 
 def fact_history(engine: Engine, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
     """The newest ``limit`` audit rows for the filtered scopes, oldest first."""
-    conditions = _scope_conditions(where)
+    conditions = scope_conditions(where)
     if fact_id is not None:
         conditions.append(and_(_history.c.entity == "fact", _history.c.entity_id == fact_id))
     query = (
