@@ -279,14 +279,19 @@ def test_the_cap_is_deermems_max_facts_and_the_hooks_reach_memstore(sql_url: str
     sql.close()
 
 
+def _embedding_storage(url: str, config: MemoryConfig, server: OpenAIStubServer) -> DeerMemStore:
+    """DeerMem over memstore with embeddings from the local test server."""
+    config.embedding_model = "m"
+    config.embedding_base_url = server.base_url
+    config.embedding_provider = "openai"
+    return _storage(url)
+
+
 def test_search_facts_ranks_each_scope_by_meaning_and_never_crosses_users(
     sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
 ) -> None:
     """DeerMem's memory_search calls ``search_facts``: memstore's hybrid ranking, scope by scope."""
-    isolated_config.embedding_model = "m"
-    isolated_config.embedding_base_url = openai_server.base_url
-    isolated_config.embedding_provider = "openai"
-    storage = _storage(sql_url)
+    storage = _embedding_storage(sql_url, isolated_config, openai_server)
     tea, rust = _fact("Drinks green tea every morning"), _fact("Writes Rust at work", category="context")
     assert storage.save({"facts": [tea, rust]}, "__default__", user_id="alice")
     assert storage.save({"facts": [_fact("Drinks green tea every morning")]}, "__default__", user_id="bob")
@@ -317,10 +322,7 @@ def test_a_mixed_case_agents_vectors_are_kept_and_reused(
     sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
 ) -> None:
     """memstore stores agent names lower-cased; DeerMem's ``Coder`` must still find its scope's vectors."""
-    isolated_config.embedding_model = "m"
-    isolated_config.embedding_base_url = openai_server.base_url
-    isolated_config.embedding_provider = "openai"
-    storage = _storage(sql_url)
+    storage = _embedding_storage(sql_url, isolated_config, openai_server)
     assert storage.save(
         {"facts": [_fact("Drinks green tea"), _fact("Writes Rust")]}, "Coder", user_id="alice"
     )

@@ -255,36 +255,6 @@ def test_a_query_without_embeddings_keeps_the_confidence_order(
     )
 
 
-def test_an_embedding_outage_costs_the_relevance_order_not_the_memory(
-    semantic: SqlMemoryStorage, openai_server: OpenAIStubServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    semantic.save(doc(*FACTS), user_id="alice")
-    embed_facts()
-    plain = MemoryMiddleware().memory_context(user_id="alice")
-    openai_server.fail_embeddings(503)
-    with caplog.at_level(logging.WARNING):
-        block = MemoryMiddleware().memory_context(user_id="alice", query="green tea")
-    assert block == plain
-    assert "facts injected by confidence, not relevance" in caplog.text
-
-
-def test_a_slow_embeddings_endpoint_costs_the_order_not_the_memory(
-    semantic: SqlMemoryStorage,
-    openai_server: OpenAIStubServer,
-    isolated_config: MemoryConfig,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    semantic.save(doc(*FACTS), user_id="alice")
-    embed_facts()
-    plain = MemoryMiddleware().memory_context(user_id="alice")
-    isolated_config.memory_context_timeout_seconds = 2.0  # the query's embedding gets 1 s
-    openai_server.embedding_delay = 1.5
-    with caplog.at_level(logging.WARNING):
-        block = MemoryMiddleware().memory_context(user_id="alice", query="green tea")
-    assert block == plain
-    assert "not relevance" in caplog.text
-
-
 # --- search modes -----------------------------------------------------------------------------------
 
 
