@@ -40,10 +40,11 @@ migrations: $(STAMP)
 demo: $(BASE_STAMP)
 	$(BIN)/memstore demo
 
-# Benchmarks; refreshes bench/ and docs/performance.md. BENCH_ARGS=--quick for a run of a few minutes;
+# Benchmarks into .bench/ (git ignores it). BENCH_ARGS=--quick for a run of a few minutes;
+# BENCH_ARGS=--write-docs refreshes the published bench/ and docs/performance.md instead;
 # MEMSTORE_BENCH_PG_URL=postgresql+psycopg://user@host/postgres adds the PostgreSQL scenarios.
 bench: $(STAMP)
-	$(BIN)/python scripts/bench.py --write-docs $(BENCH_ARGS)
+	$(BIN)/python scripts/bench.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .memstore .pytest_cache .mypy_cache .ruff_cache

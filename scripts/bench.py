@@ -3,7 +3,8 @@
 
 Absolute times drift on shared machines, so each verdict is a ratio between variants of the same
 run (or, for injection, an absolute median). Writes a table to stdout, ``results.json`` and
-``chart.png`` to ``--out``, and with ``--write-docs`` the generated regions of docs/performance.md
+``chart.png`` to ``--out`` (by default ``.bench/``, ignored by git; ``bench/``, the published
+copy, with ``--write-docs``), and with ``--write-docs`` the generated regions of docs/performance.md
 (the queue scenario has its own, so ``--only queue`` can refresh it alone). ``--only access`` runs
 the access-tracking scenario alone (request path with tracking on vs off) into ``results.json``.
 
@@ -74,7 +75,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     size.add_argument("--quick", action="store_true", help="fewer iterations and 10,000 scopes (< 3 minutes)")
     size.add_argument("--smoke", action="store_true", help="a handful of iterations: checks the harness only")
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "bench", help="where results.json and chart.png go"
+        "--out",
+        type=Path,
+        default=None,
+        help="where results.json and chart.png go (default: bench/ with --write-docs, else .bench/, "
+        "which git ignores, so a plain run leaves the checkout clean)",
     )
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch space (default: system temp)")
     parser.add_argument(
@@ -232,17 +237,18 @@ def main(argv: list[str] | None = None) -> int:
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
     meta["load_average"] = load_average
     rows = bench_report.verdicts(results)
-    args.out.mkdir(parents=True, exist_ok=True)
+    out: Path = args.out or (ROOT / "bench" if args.write_docs else ROOT / ".bench")
+    out.mkdir(parents=True, exist_ok=True)
     title = f"memstore benchmark ({mode_name}, {meta['generated_at']}, {meta['cpus']} CPUs)"
     if args.only:
         replaces = _is_queue if args.only == "queue" else _is_access
-        bench_report.merge_json(args.out / "results.json", meta, results, rows, replaces)
+        bench_report.merge_json(out / "results.json", meta, results, rows, replaces)
     else:
-        bench_report.write_json(args.out / "results.json", meta, results, rows)
-        bench_report.write_chart(args.out / "chart.png", results, title)
+        bench_report.write_json(out / "results.json", meta, results, rows)
+        bench_report.write_chart(out / "chart.png", results, title)
     blocks = _blocks(meta, title, results, rows)
     print("\n" + "\n\n".join(block for block in blocks if block))
-    print(f"\nwrote {args.out / 'results.json'}" + ("" if args.only else f" and {args.out / 'chart.png'}"))
+    print(f"\nwrote {out / 'results.json'}" + ("" if args.only else f" and {out / 'chart.png'}"))
     if args.write_docs and args.only == "access":
         print("not writing docs/performance.md: an access-only run would replace the main table")
     elif args.write_docs:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
+PUBLISHED = (ROOT / "bench" / "results.json", ROOT / "bench" / "chart.png", ROOT / "docs" / "performance.md")
+"""What only ``--write-docs`` may rewrite."""
 SQLITE_VARIANTS = {
     "load_warm_100": {"sqlite", "file"},
     "load_cold_100": {"sqlite", "sqlite3_floor", "langgraph_sqlite", "file"},
@@ -68,8 +70,9 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
     pg_server = os.environ.get("MEMSTORE_TEST_PG_URL")
     if pg_server:
         env["MEMSTORE_BENCH_PG_URL"] = pg_server
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke", "--out", str(tmp_path)],
+    published = {path: path.read_bytes() for path in PUBLISHED}
+    result = subprocess.run(  # no --out and no --write-docs: the results go to .bench/
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -78,6 +81,9 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
         check=False,
     )
     assert result.returncode == 0, result.stderr
+    assert {path: path.read_bytes() for path in PUBLISHED} == published  # the checkout stays clean
+    for name in ("results.json", "chart.png"):
+        (tmp_path / name).write_bytes((ROOT / ".bench" / name).read_bytes())
     payload = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
 
     expected = {scenario: set(variants) for scenario, variants in SQLITE_VARIANTS.items()}
