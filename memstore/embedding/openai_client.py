@@ -5,8 +5,8 @@ Texts go in batches of ``embedding_batch_size``; the client's own retries are of
 so ``embedding_timeout_seconds`` is the client's timeout for a call (connect and each read; a
 query's call, on the request path, at most half of ``memory_context_timeout_seconds``, and
 ``gateway.ranking`` also cuts it off there). The reply is checked before any vector is used:
-one finite vector per text, all of one length (``embedding_dimensions`` when set, else the first
-reply's); anything else, a non-JSON or HTML body included, is an ``EmbeddingError``.
+one finite vector per text, all of one length (``embedding_dimensions`` when set, else the same
+across a call's batches); anything else, a non-JSON or HTML body included, is an ``EmbeddingError``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ class OpenAIEmbedder:
         suffix = f"@{config.embedding_dimensions}" if config.embedding_dimensions else ""
         self.model = f"openai:{config.embedding_model}{suffix}"
         self._dimensions = config.embedding_dimensions
-        self._seen_dimension = 0  # the first reply's length, when none is configured: all must agree
         self._batch = config.embedding_batch_size
         # A query is embedded on the request path: leave memory_context half its time for the rest.
         self._query_timeout = min(config.embedding_timeout_seconds, config.memory_context_timeout_seconds / 2)
@@ -62,6 +61,10 @@ class OpenAIEmbedder:
             rows.extend(self._call(list(texts[start : start + self._batch])))
         if not rows:
             return np.zeros((0, self._dimensions or 0), dtype=np.float32)
+        if len({len(row) for row in rows}) > 1:
+            raise EmbeddingError(
+                "the embeddings endpoint returned vectors of different lengths across batches"
+            )
         return normalized(np.asarray(rows, dtype=np.float32))
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -95,7 +98,7 @@ class OpenAIEmbedder:
             raise EmbeddingError(f"the embeddings endpoint returned {len(data)} vectors for {count} texts")
         vectors = [list(item.embedding) for item in data]
         lengths = {len(vector) for vector in vectors}
-        expected = self._dimensions or self._seen_dimension or next(iter(lengths))
+        expected = self._dimensions or next(iter(lengths))
         if lengths != {expected} or expected == 0:
             raise EmbeddingError(
                 f"the embeddings endpoint returned vectors of length {sorted(lengths)}, not {expected}"
@@ -104,5 +107,4 @@ class OpenAIEmbedder:
             isinstance(value, float | int) and math.isfinite(value) for vector in vectors for value in vector
         ):
             raise EmbeddingError("the embeddings endpoint returned a non-finite or non-numeric value")
-        self._seen_dimension = expected
         return vectors

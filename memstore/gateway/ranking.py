@@ -27,7 +27,9 @@ from memstore.storage.vectors import semantic_parts
 
 logger = logging.getLogger(__name__)
 
-_QUERY_EXECUTOR = ThreadPoolExecutor(max_workers=2, thread_name_prefix="memstore-query-embed")
+# As many threads as the memory-context pool that calls it, so concurrent turns never queue here
+# behind a healthy endpoint (a hung one holds its threads until its own client timeout).
+_QUERY_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore-query-embed")
 
 
 def relevance_scores(

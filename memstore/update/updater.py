@@ -44,9 +44,13 @@ from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.vectors import VectorStore, semantic_parts
 from memstore.update.apply import apply_updates
 from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor
+from memstore.update.parser import MemoryUpdate
 from memstore.update.similarity import Fold, SimilarFolds, fold_similar
 
 logger = logging.getLogger(__name__)
+
+FOLD_ATTEMPTS = 3
+"""Tries of an update whose fold target another writer deleted; the last one saves without dedup."""
 
 # Used only when an update is requested on a thread with a running event loop.
 _SYNC_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore-updater")
@@ -143,43 +147,7 @@ class MemoryUpdater:
                 return False
             if lease is not None and not isinstance(storage, SqlMemoryStorage):
                 raise ConfigError("the database queue needs the SQL provider (storage_class)")
-            # The signals rank evictions: read them only when the update can reach the cap.
-            may_evict = len(current.get("facts") or ()) + len(update["newFacts"]) > config.max_facts
-            signals = storage.fact_signals(context.agent_name, user_id=context.user_id) if may_evict else {}
-            scope = resolve_scope(context.agent_name, context.user_id)
-            semantic = _semantic(config, storage, scope)
-            fold = _folder(semantic, scope, config) if semantic is not None else None
-            applied = apply_updates(
-                current, update, thread_id=context.thread_id, config=config, signals=signals, fold=fold
-            )
-            options: dict[str, Any] = {
-                "origin": context.thread_id,
-                "captured_at": context.timestamp,
-                "removals": applied.removals,
-                "confirmed": applied.confirmed,
-            }
-            if lease is not None:
-                options["lease"] = lease
-            try:
-                saved = storage.save(
-                    applied.memory,
-                    context.agent_name,
-                    user_id=context.user_id,
-                    folded=applied.folds.folded,
-                    **options,
-                )
-            except FoldTargetGoneError as exc:
-                # Another writer deleted a fact a new one was folded into: store the new one after all.
-                logger.info(
-                    "memory update for thread %s saved without similarity dedup: %s", context.thread_id, exc
-                )
-                applied = apply_updates(
-                    current, update, thread_id=context.thread_id, config=config, signals=signals
-                )
-                options.update(removals=applied.removals, confirmed=applied.confirmed)
-                saved = storage.save(applied.memory, context.agent_name, user_id=context.user_id, **options)
-            if saved and semantic is not None:
-                _store_vectors(semantic, scope, applied.folds.vectors)
+            saved = self._apply_and_save(storage, context, current, update, lease)
         except SchemaNotReadyError as exc:
             logger.error(
                 "memory update for thread %s is kept for retry: the database schema is not ready "
@@ -193,6 +161,53 @@ class MemoryUpdater:
         if not saved:
             raise StorageWriteError("the store refused the update (its log says why)")
         return True
+
+    def _apply_and_save(
+        self,
+        storage: MemoryStorage,
+        context: ConversationContext,
+        current: MemoryDocument,
+        update: MemoryUpdate,
+        lease: QueueLease | None,
+    ) -> bool:
+        """Apply ``update`` to ``current`` and save it, with similarity dedup when embeddings are on.
+
+        A save that finds a fold target deleted by another writer meanwhile (``FoldTargetGoneError``)
+        saved nothing: the update is applied again to the scope as it is now, so the other folds
+        still stand; the last try goes without dedup, so the update always lands.
+        """
+        config = self.config
+        scope = resolve_scope(context.agent_name, context.user_id)
+        semantic = _semantic(config, storage, scope)
+        options: dict[str, Any] = {"origin": context.thread_id, "captured_at": context.timestamp}
+        if lease is not None:
+            options["lease"] = lease
+        for attempt in range(FOLD_ATTEMPTS):
+            fold = _folder(semantic, scope, config) if semantic and attempt < FOLD_ATTEMPTS - 1 else None
+            # The signals rank evictions: read them only when the update can reach the cap.
+            may_evict = len(current.get("facts") or ()) + len(update["newFacts"]) > config.max_facts
+            signals = storage.fact_signals(context.agent_name, user_id=context.user_id) if may_evict else {}
+            applied = apply_updates(
+                current, update, thread_id=context.thread_id, config=config, signals=signals, fold=fold
+            )
+            try:
+                saved = storage.save(
+                    applied.memory,
+                    context.agent_name,
+                    user_id=context.user_id,
+                    removals=applied.removals,
+                    confirmed=applied.confirmed,
+                    folded=applied.folds.folded,
+                    **options,
+                )
+            except FoldTargetGoneError as exc:
+                logger.info("memory update for thread %s applied again: %s", context.thread_id, exc)
+                current = storage.load(context.agent_name, user_id=context.user_id)
+                continue
+            if saved and semantic is not None:
+                _store_vectors(semantic, scope, applied.folds.vectors)
+            return saved
+        raise AssertionError("unreachable: the last try saves without dedup")
 
     def _update_sync(self, context: ConversationContext) -> bool:
         thread_id = context.thread_id
@@ -217,7 +232,7 @@ def _semantic(
     """The embedder and vector store, or ``None`` (logged) when the configured provider cannot load."""
     try:
         return semantic_parts(config, storage)
-    except ConfigError as exc:
+    except (ConfigError, EmbeddingError) as exc:
         logger.warning(
             "similarity dedup skipped for scope %s, the update is saved without it: %s", scope, exc
         )

@@ -182,10 +182,18 @@ def test_batches_of_different_lengths_are_an_error_not_a_ragged_matrix(
         embedding_batch_size=1,
     )
     embedder = OpenAIEmbedder(config)
-    embedder.embed_documents(["first"])
-    openai_server.embedding_dimension = 16  # the endpoint now answers with another model's length
-    with pytest.raises(EmbeddingError, match="length"):
-        embedder.embed_documents(["second", "third"])
+    answer = openai_server.embeddings
+
+    def shrinking(body: dict[str, Any]) -> Any:  # another model's length from the second batch on
+        vectors = answer(body)
+        openai_server.embedding_dimension = 16
+        return vectors
+
+    openai_server.embeddings = shrinking  # type: ignore[method-assign]
+    with pytest.raises(EmbeddingError, match="different lengths across batches"):
+        embedder.embed_documents(["first", "second"])
+    # Nothing is locked in for the process: once the endpoint is consistent again, so are its answers.
+    assert embedder.embed_documents(["third", "fourth"]).shape == (2, 16)
 
 
 def test_a_lone_surrogate_is_replaced_not_a_crash(

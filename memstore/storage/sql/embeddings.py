@@ -8,6 +8,7 @@ content change: no revision, no audit row, no cache invalidation.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -137,24 +138,25 @@ def vector_parameter(dialect: str, vector: np.ndarray) -> Any:
 _PG_ARRAY_HEADER = 20
 """``array_send`` of a one-dimensional array: ndim, has-nulls flag, element type, length, lower bound."""
 _PG_ELEMENT = np.dtype([("length", ">i4"), ("value", ">f4")])
+_PG_FLOAT4 = 700
+"""The type oid of ``real``."""
 
 
 def vector_matrix(raws: Sequence[bytes], dimension: int, dialect: str) -> np.ndarray:
     """Vectors read through ``stored_vector`` as one float32 matrix, one row each, parsed in one call.
 
-    A value of another length (a corrupt row) is an ``EmbeddingError``, never a misaligned matrix.
+    A value of another length or shape (a corrupt row) is an ``EmbeddingError``, never a misaligned matrix.
     """
-    if dialect == "postgresql":
-        size, header = _PG_ARRAY_HEADER + dimension * _PG_ELEMENT.itemsize, _PG_ARRAY_HEADER
-    else:
-        size, header = dimension * 4, 0
-    if any(len(raw) != size for raw in raws):
-        raise EmbeddingError(f"a stored vector is not {dimension} float32 values")
     if dialect != "postgresql":
+        if any(len(raw) != dimension * 4 for raw in raws):
+            raise EmbeddingError(f"a stored vector is not {dimension} float32 values")
         return np.frombuffer(b"".join(raws), dtype="<f4").reshape(len(raws), dimension).astype(np.float32)
-    elements = np.frombuffer(b"".join(bytes(raw)[header:] for raw in raws), dtype=_PG_ELEMENT)
-    if (elements["length"] != 4).any():  # a NULL element
+    # One dimension, no NULL element, float4 elements, ``dimension`` of them (the lower bound may vary).
+    head = struct.pack(">iiii", 1, 0, _PG_FLOAT4, dimension)
+    size = _PG_ARRAY_HEADER + dimension * _PG_ELEMENT.itemsize
+    if any(len(raw) != size or bytes(raw[:16]) != head for raw in raws):
         raise EmbeddingError(f"a stored vector is not {dimension} float32 values")
+    elements = np.frombuffer(b"".join(bytes(raw)[_PG_ARRAY_HEADER:] for raw in raws), dtype=_PG_ELEMENT)
     return elements["value"].astype(np.float32).reshape(len(raws), dimension)
 
 

@@ -391,10 +391,9 @@ class SqlMemoryStorage(MemoryStorage):
                 if gone:
                     transaction.rollback()
                     raise FoldTargetGoneError(f"facts {sorted(gone)} were deleted by another writer")
-                if folded and not created:
-                    revision = plan.revision if plan.changed else scope_row.revision
-                    audit_folds(conn, scope_row.scope_id, revision, now, origin, folded)
                 if not plan.changed:
+                    if folded:  # into facts this save leaves as they are
+                        audit_folds(conn, scope_row.scope_id, scope_row.revision, now, origin, folded)
                     if lease is not None and not created:
                         # Nothing to save, but the conversation is done: settle it right here.
                         self._complete(transaction, conn, lease, now)
@@ -413,6 +412,8 @@ class SqlMemoryStorage(MemoryStorage):
                 if lease is not None:
                     self._complete(transaction, conn, lease, now)
                 apply_plan(conn, scope_row.scope_id, plan, now, origin)
+                if folded:  # after the plan: a fold into a fact this save inserts follows its insert
+                    audit_folds(conn, scope_row.scope_id, plan.revision, now, origin, folded)
                 inherit_signals(conn, scope_row.scope_id, inherited)
                 conn.execute(
                     UPDATE_SCOPE,

@@ -6,8 +6,8 @@ Three backends, picked per query by what the database can do (``vector_backend``
   ``sqlite-vec`` package is installed; ``vec_distance_cosine`` runs over the stored float32
   blobs in C (an exact scan, no approximate index).
 - ``pgvector``: when ``CREATE EXTENSION vector`` has been run, ``real[]`` is cast to
-  ``vector(n)`` and ordered by ``<=>`` (cosine distance); an HNSW expression index on that cast
-  serves it (see docs/operations.md).
+  ``vector(n)`` and ranked by ``<=>`` (cosine distance) in the server; still exact (no
+  approximate index, which would filter after its scan).
 - ``exact``: otherwise, vectors are streamed in chunks and scored with numpy, keeping only the
   best ``offset + limit``. Correct everywhere, linear in the number of vectors.
 
@@ -84,13 +84,10 @@ def nearest_facts(
         query = (
             select(*RECORD_COLUMNS, (1 - distance).label("rank")).select_from(_WITH_VECTOR).where(*conditions)
         )
-        # pgvector: the distance alone, ascending, the only order its HNSW or IVFFlat index can serve.
-        # sqlite-vec scans anyway: ties go to the more confident fact, a zero vector (NULL) last.
-        order = (
-            (distance.asc(),)
-            if backend == "pgvector"
-            else (distance.asc().nulls_last(), _facts.c.confidence.desc(), _facts.c.id)
-        )
+        # Exact and stable on both backends: ties go to the more confident fact, then the older row,
+        # and a zero vector (no distance) comes last. An approximate index cannot serve this order,
+        # on purpose: it would filter after the index scan and could return fewer than ``limit``.
+        order = (distance.asc().nulls_last(), _facts.c.confidence.desc(), _facts.c.id)
         return fact_page(conn, query, order, limit, offset, f"semantic:{backend}")
 
 
