@@ -83,15 +83,9 @@ def cli(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
 
 
 @pytest.fixture
-def semantic(
-    sql_url: str, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
-) -> Iterator[SqlMemoryStorage]:
-    """The process-wide SQL provider with embeddings from the test server."""
+def sql_storage(sql_url: str, isolated_config: MemoryConfig) -> Iterator[SqlMemoryStorage]:
+    """The process-wide SQL provider on ``sql_url``, as the middleware, tools and routes use it."""
     isolated_config.database_url = sql_url
-    isolated_config.embedding_model = MODEL
-    isolated_config.embedding_base_url = openai_server.base_url
-    isolated_config.embedding_provider = "openai"
-    isolated_config.dedup_similarity = 0.8
     reset_memory_storage()
     reset_memory_queue()
     storage = get_memory_storage()
@@ -99,3 +93,15 @@ def semantic(
     yield storage
     reset_memory_queue()
     reset_memory_storage()
+
+
+@pytest.fixture
+def semantic(
+    sql_storage: SqlMemoryStorage, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
+) -> SqlMemoryStorage:
+    """``sql_storage`` with embeddings from the test server (read from the config at each use)."""
+    isolated_config.embedding_model = MODEL
+    isolated_config.embedding_base_url = openai_server.base_url
+    isolated_config.embedding_provider = "openai"
+    isolated_config.dedup_similarity = 0.8
+    return sql_storage

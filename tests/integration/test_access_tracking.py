@@ -8,7 +8,6 @@ counter they advance by hand, so nothing here waits or times anything.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,6 @@ from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.langchain import LangChainMemoryMiddleware
 from memstore.ops.facts import search_memory_facts
 from memstore.queries import FactFilter, list_facts, search_facts
-from memstore.queue import reset_memory_queue
-from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import access as access_module
 from memstore.storage.sql.engine import get_engine
@@ -94,19 +91,6 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1_000.0]
     monkeypatch.setattr(access_module, "monotonic", lambda: now[0])
     return now
-
-
-@pytest.fixture
-def configured(sql_url: str, isolated_config: MemoryConfig) -> Iterator[SqlMemoryStorage]:
-    """The process-wide provider on ``sql_url``, as the middleware, tools and routes use it."""
-    isolated_config.database_url = sql_url
-    reset_memory_storage()
-    reset_memory_queue()
-    storage = get_memory_storage()
-    assert isinstance(storage, SqlMemoryStorage)
-    yield storage
-    reset_memory_queue()
-    reset_memory_storage()
 
 
 # --- the provider: what a flush writes, and what it leaves alone ------------------------------------
@@ -196,8 +180,8 @@ def test_pending_facts_are_capped_with_one_warning(
 # --- at most one write per fact per interval --------------------------------------------------------
 
 
-def test_at_most_one_write_per_fact_per_interval(clock: list[float], configured: SqlMemoryStorage) -> None:
-    storage = configured
+def test_at_most_one_write_per_fact_per_interval(clock: list[float], sql_storage: SqlMemoryStorage) -> None:
+    storage = sql_storage
     facts = [_fact(i) for i in range(1, 6)]
     assert storage.save(_doc(*facts), user_id="alice")
     engine = storage.engine
@@ -237,22 +221,22 @@ def test_at_most_one_write_per_fact_per_interval(clock: list[float], configured:
 
 
 def test_injection_records_exactly_the_facts_in_the_block(
-    configured: SqlMemoryStorage, isolated_config: MemoryConfig
+    sql_storage: SqlMemoryStorage, isolated_config: MemoryConfig
 ) -> None:
     isolated_config.max_injection_tokens = 100
     facts = [_fact(i, f"the user keeps item number {i:03d} in the attic", 0.9 - i / 100) for i in range(20)]
-    assert configured.save(_doc(*facts), user_id="alice")
+    assert sql_storage.save(_doc(*facts), user_id="alice")
     block = MemoryMiddleware().memory_context(user_id="alice")
     shown = {fact["id"] for fact in facts if fact["content"] in block}
     assert 0 < len(shown) < len(facts)  # the budget cut the list
-    assert configured.flush_access() == len(shown)
-    counts = _counts(configured.engine, "alice")
+    assert sql_storage.flush_access() == len(shown)
+    counts = _counts(sql_storage.engine, "alice")
     assert {fact_id for fact_id, count in counts.items() if count} == shown
     assert set(counts.values()) == {0, 1}
 
 
-def test_langchain_agent_records_the_injected_facts(configured: SqlMemoryStorage) -> None:
-    assert configured.save(_doc(_fact(1, "Alice edits code in Helix")), user_id="alice")
+def test_langchain_agent_records_the_injected_facts(sql_storage: SqlMemoryStorage) -> None:
+    assert sql_storage.save(_doc(_fact(1, "Alice edits code in Helix")), user_id="alice")
     model = RecordingChatModel(messages=iter(["Helix."]))
     agent = create_agent(model=model, tools=[], middleware=[LangChainMemoryMiddleware()])
     agent.invoke(
@@ -261,24 +245,24 @@ def test_langchain_agent_records_the_injected_facts(configured: SqlMemoryStorage
         context={"user_id": "alice"},
     )
     assert "Alice edits code in Helix" in model.prompt_text(0)
-    assert configured.flush_access() == 1
-    assert _counts(configured.engine, "alice") == {"fact_00000001": 1}
+    assert sql_storage.flush_access() == 1
+    assert _counts(sql_storage.engine, "alice") == {"fact_00000001": 1}
 
 
 def test_searches_record_the_returned_facts_and_listings_do_not(
-    configured: SqlMemoryStorage, tmp_path: Path
+    sql_storage: SqlMemoryStorage, tmp_path: Path
 ) -> None:
     facts = [_fact(1, "likes green tea"), _fact(2, "likes black coffee"), _fact(3, "owns a green bike")]
-    assert configured.save(_doc(*facts), user_id="alice")
-    assert configured.save(_doc(*facts), user_id="bob")
-    engine = configured.engine
+    assert sql_storage.save(_doc(*facts), user_id="alice")
+    assert sql_storage.save(_doc(*facts), user_id="bob")
+    engine = sql_storage.engine
 
     list_facts(FactFilter(user_id="alice"))
-    assert configured.flush_access() == 0
+    assert sql_storage.flush_access() == 0
 
     found = search_memory_facts("green", user_id="alice")
     assert {fact["id"] for fact in found} == {"fact_00000001", "fact_00000003"}
-    assert configured.flush_access() == 2
+    assert sql_storage.flush_access() == 2
     assert _counts(engine, "alice") == {"fact_00000001": 1, "fact_00000002": 0, "fact_00000003": 1}
 
     assert '"count": 1' in memory_search("coffee", user_id="alice")
@@ -287,14 +271,14 @@ def test_searches_record_the_returned_facts_and_listings_do_not(
     with TestClient(app) as client:
         response = client.get("/api/memory/facts", params={"q": "coffee"})
     assert response.status_code == 200 and [f["id"] for f in response.json()] == ["fact_00000002"]
-    assert configured.flush_access() == 1
+    assert sql_storage.flush_access() == 1
     assert _counts(engine, "alice")["fact_00000002"] == 2
 
     # An operator's cross-scope search (`memstore facts search`) is no use of anyone's memory.
     page = search_facts("tea")
     hits = {(f.user_id, f.fact_id) for f in page.facts}
     assert hits == {("alice", "fact_00000001"), ("bob", "fact_00000001")}
-    assert configured.flush_access() == 0
+    assert sql_storage.flush_access() == 0
     assert _counts(engine, "alice")["fact_00000001"] == 1
     assert _counts(engine, "bob") == {"fact_00000001": 0, "fact_00000002": 0, "fact_00000003": 0}
 
