@@ -19,7 +19,6 @@ from langchain.agents import create_agent
 from sqlalchemy import Engine, text
 
 from memstore.config import MemoryConfig
-from memstore.document import create_empty_memory
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.gateway.tools import memory_search
 from memstore.integrations.fastapi import create_memory_router
@@ -30,24 +29,13 @@ from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql import access as access_module
 from memstore.storage.sql.engine import get_engine
 from tests.support.fake_chat import RecordingChatModel
+from tests.support.semantic import doc, fact
 from tests.support.statements import sent_statements
 
 
 def _fact(index: int, content: str | None = None, confidence: float = 0.8) -> dict[str, Any]:
-    return {
-        "id": f"fact_{index:08x}",
-        "content": content if content is not None else f"remembered item {index:03d}",
-        "category": "context",
-        "confidence": confidence,
-        "createdAt": "2026-07-14T15:35:46.123456Z",
-        "source": "thread-1",
-    }
-
-
-def _doc(*facts: dict[str, Any]) -> dict[str, Any]:
-    doc = create_empty_memory()
-    doc["facts"] = list(facts)
-    return doc
+    text = content if content is not None else f"remembered item {index:03d}"
+    return {**fact(f"fact_{index:08x}", text, confidence), "createdAt": "2026-07-14T15:35:46.123456Z"}
 
 
 def _fact_writes(statements: list[tuple[str, int]]) -> int:
@@ -98,7 +86,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 def test_a_flush_writes_counts_without_touching_revision_history_or_cache(sql_url: str) -> None:
     storage = SqlMemoryStorage(sql_url)
-    assert storage.save(_doc(_fact(1), _fact(2), _fact(3)), user_id="alice")
+    assert storage.save(doc(_fact(1), _fact(2), _fact(3)), user_id="alice")
     revision = storage.load(user_id="alice")["revision"]
     engine = get_engine(sql_url)
     before = _scope_state(engine, "alice")
@@ -124,8 +112,8 @@ def test_a_flush_writes_counts_without_touching_revision_history_or_cache(sql_ur
     assert _scope_state(engine, "alice") == before  # no revision bump, no audit row
 
     with sent_statements(engine) as seen:
-        doc = storage.load(user_id="alice")
-    assert doc["revision"] == revision
+        loaded = storage.load(user_id="alice")
+    assert loaded["revision"] == revision
     # Served from the cache: one stamp query, no read of the fact rows.
     reads = [statement for statement, _ in seen if statement.startswith("SELECT")]
     assert len(reads) == 1 and "memory_facts" not in reads[0]
@@ -135,10 +123,10 @@ def test_a_flush_writes_counts_without_touching_revision_history_or_cache(sql_ur
 def test_tombstoned_facts_are_skipped_and_scopes_never_touch_each_other(sql_url: str) -> None:
     storage = SqlMemoryStorage(sql_url)
     for user in ("alice", "bob"):
-        assert storage.save(_doc(_fact(1), _fact(2)), user_id=user)
-    assert storage.save(_doc(_fact(1), _fact(2)), "coder", user_id="alice")
+        assert storage.save(doc(_fact(1), _fact(2)), user_id=user)
+    assert storage.save(doc(_fact(1), _fact(2)), "coder", user_id="alice")
     storage.record_access(None, user_id="alice", fact_ids=["fact_00000001", "fact_00000002"])
-    assert storage.save(_doc(_fact(1)), user_id="alice")  # fact 2 tombstoned before the flush
+    assert storage.save(doc(_fact(1)), user_id="alice")  # fact 2 tombstoned before the flush
     assert storage.flush_access() == 2
     engine = get_engine(sql_url)
     assert _counts(engine, "alice") == {"fact_00000001": 1, "fact_00000002": 0}
@@ -150,7 +138,7 @@ def test_tombstoned_facts_are_skipped_and_scopes_never_touch_each_other(sql_url:
 def test_tracking_switched_off_records_nothing(sql_url: str, isolated_config: MemoryConfig) -> None:
     isolated_config.access_tracking = False
     storage = SqlMemoryStorage(sql_url)
-    assert storage.save(_doc(_fact(1)), user_id="alice")
+    assert storage.save(doc(_fact(1)), user_id="alice")
     storage.record_access(None, user_id="alice", fact_ids=["fact_00000001"])
     assert storage.flush_access() == 0
     assert _counts(get_engine(sql_url), "alice") == {"fact_00000001": 0}
@@ -161,7 +149,7 @@ def test_pending_facts_are_capped_with_one_warning(
 ) -> None:
     monkeypatch.setattr(access_module, "MAX_PENDING", 2)
     storage = SqlMemoryStorage(sql_url)
-    assert storage.save(_doc(*(_fact(i) for i in range(1, 5))), user_id="alice")
+    assert storage.save(doc(*(_fact(i) for i in range(1, 5))), user_id="alice")
     with caplog.at_level(logging.WARNING, logger=access_module.__name__):
         storage.record_access(None, user_id="alice", fact_ids=["fact_00000001", "fact_00000002"])
         storage.record_access(None, user_id="alice", fact_ids=["fact_00000003", "fact_00000001"])
@@ -183,7 +171,7 @@ def test_pending_facts_are_capped_with_one_warning(
 def test_at_most_one_write_per_fact_per_interval(clock: list[float], sql_storage: SqlMemoryStorage) -> None:
     storage = sql_storage
     facts = [_fact(i) for i in range(1, 6)]
-    assert storage.save(_doc(*facts), user_id="alice")
+    assert storage.save(doc(*facts), user_id="alice")
     engine = storage.engine
     middleware = MemoryMiddleware()
 
@@ -225,7 +213,7 @@ def test_injection_records_exactly_the_facts_in_the_block(
 ) -> None:
     isolated_config.max_injection_tokens = 100
     facts = [_fact(i, f"the user keeps item number {i:03d} in the attic", 0.9 - i / 100) for i in range(20)]
-    assert sql_storage.save(_doc(*facts), user_id="alice")
+    assert sql_storage.save(doc(*facts), user_id="alice")
     block = MemoryMiddleware().memory_context(user_id="alice")
     shown = {fact["id"] for fact in facts if fact["content"] in block}
     assert 0 < len(shown) < len(facts)  # the budget cut the list
@@ -236,7 +224,7 @@ def test_injection_records_exactly_the_facts_in_the_block(
 
 
 def test_langchain_agent_records_the_injected_facts(sql_storage: SqlMemoryStorage) -> None:
-    assert sql_storage.save(_doc(_fact(1, "Alice edits code in Helix")), user_id="alice")
+    assert sql_storage.save(doc(_fact(1, "Alice edits code in Helix")), user_id="alice")
     model = RecordingChatModel(messages=iter(["Helix."]))
     agent = create_agent(model=model, tools=[], middleware=[LangChainMemoryMiddleware()])
     agent.invoke(
@@ -253,8 +241,8 @@ def test_searches_record_the_returned_facts_and_listings_do_not(
     sql_storage: SqlMemoryStorage, tmp_path: Path
 ) -> None:
     facts = [_fact(1, "likes green tea"), _fact(2, "likes black coffee"), _fact(3, "owns a green bike")]
-    assert sql_storage.save(_doc(*facts), user_id="alice")
-    assert sql_storage.save(_doc(*facts), user_id="bob")
+    assert sql_storage.save(doc(*facts), user_id="alice")
+    assert sql_storage.save(doc(*facts), user_id="bob")
     engine = sql_storage.engine
 
     list_facts(FactFilter(user_id="alice"))
@@ -287,7 +275,7 @@ def test_ids_that_cannot_name_a_fact_are_not_counted_and_cannot_poison_a_flush(
     sql_url: str, isolated_config: MemoryConfig
 ) -> None:
     storage = SqlMemoryStorage(sql_url)
-    assert storage.save(_doc(_fact(1, "likes green tea")), user_id="alice")
+    assert storage.save(doc(_fact(1, "likes green tea")), user_id="alice")
     bad: list[Any] = ["fact_\ud800", "fact_\x00nul", 42, "", "f" * 65, None]
     storage.record_access(None, user_id="alice", fact_ids=[*bad, "fact_00000001"])
     assert storage.flush_access() == 1

@@ -34,11 +34,6 @@ _CURRENT = and_(
     _vectors.c.model == bindparam("b_model"),
     _vectors.c.content_key == _facts.c.content_key,
 )
-_LIVE_IN_SCOPE = (
-    select(_facts.c.id)
-    .join(_scopes, _scopes.c.id == _facts.c.scope_id)
-    .where(SCOPE_MATCH, _facts.c.deleted_revision.is_(None))
-)
 
 
 def stored_vector(dialect: str) -> ColumnElement[Any]:
