@@ -1,9 +1,10 @@
-"""What ``SqlMemoryStorage`` caches per scope, and how an entry is built from rows or from a plan.
+"""What ``SqlMemoryStorage`` caches per scope, and how an entry is built from a plan.
 
-An entry is ``(stamp, document, snapshot)``. The stamp (scope row id, revision, created_at) is
-what ``load`` compares with one cheap query; the row id and creation time catch a scope that was
-erased and re-created up to the same revision number. The document is never handed out (``load``
-copies it), and the snapshot is what the save fast path plans against.
+An entry holds a stamp, a document and a snapshot (``load.py`` builds a cold load's entry). The
+stamp (scope row id, revision, created_at) is what ``load`` compares with one cheap query; the
+row id and creation time catch a scope that was erased and re-created up to the same revision
+number. The document is never handed out (``load`` copies it), and the snapshot is what the save
+fast path plans against.
 
 Every document carries that identity as its ``incarnation``, next to its ``revision``: a
 document loaded before an erase names a scope row that no longer exists, so its save is refused
@@ -13,8 +14,7 @@ part of it because SQLite may give a re-created row the erased row's id.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
+from collections.abc import Callable
 from datetime import datetime
 from operator import attrgetter
 from typing import Any
@@ -22,20 +22,44 @@ from typing import Any
 from sqlalchemy import Row
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
-from memstore.storage.sql.codec import (
-    EMPTY_SECTION,
-    INCARNATION_KEY,
-    FactValues,
-    SectionValues,
-    decode_section,
-    json_object,
-)
+from memstore.storage.sql.codec import EMPTY_SECTION, INCARNATION_KEY, decode_section
 from memstore.storage.sql.merge import MergePlan
 from memstore.storage.sql.snapshot import Snapshot, snapshot_of
 
 Stamp = tuple[int, int, datetime]
-CacheEntry = tuple[Stamp, MemoryDocument, Snapshot]
 AnyRow = Row[*tuple[Any, ...]]
+
+
+class CacheEntry:
+    """A scope's stamp, its document and the snapshot the save fast path plans against.
+
+    A cold load (``load.py``) leaves the snapshot to be built by the first save that asks for it:
+    most loads are reads, and decoding every row was most of a load's cost.
+    """
+
+    __slots__ = ("_build", "_snapshot", "document", "stamp")
+
+    def __init__(
+        self,
+        stamp: Stamp,
+        document: MemoryDocument,
+        snapshot: Snapshot | None = None,
+        *,
+        build: Callable[[], Snapshot] | None = None,
+    ) -> None:
+        self.stamp = stamp
+        self.document = document
+        self._snapshot = snapshot
+        self._build = build
+
+    @property
+    def snapshot(self) -> Snapshot:
+        # Two threads may both build it: the results are equal, and either may stay.
+        snapshot = self._snapshot
+        if snapshot is None:
+            assert self._build is not None, "an entry has a snapshot or a way to build one"
+            snapshot = self._snapshot = self._build()
+        return snapshot
 
 
 def stamp(row: AnyRow) -> Stamp:
@@ -51,62 +75,6 @@ def incarnation(stamp: Stamp) -> str:
     return f"{stamp[0]}@{stamp[2].isoformat()}"
 
 
-def _raw_timestamp(value: datetime | str | None) -> datetime | None:
-    """A stamp as _LOAD_QUERY returns it: ISO text on SQLite, a datetime from psycopg."""
-    return as_utc(datetime.fromisoformat(value) if isinstance(value, str) else value)
-
-
-def _raw_json(value: object) -> dict[str, Any]:
-    """An ``extra`` as _LOAD_QUERY returns it: JSON text on SQLite (nearly always ``{}``), a dict on PG."""
-    if isinstance(value, str):
-        return {} if value == "{}" else json_object(json.loads(value))
-    return json_object(value)
-
-
-def entry_from_rows(rows: Sequence[AnyRow]) -> CacheEntry:
-    """The cache entry from the UNION rows (every row repeats the scope's columns).
-
-    Rows are unpacked by position: named attribute access on ~100 rows cost more than the query.
-    """
-    first = rows[0]
-    facts: list[tuple[int, str, FactValues]] = []
-    sections: dict[str, SectionValues] = {}
-    for (
-        *_,
-        kind,
-        name,
-        position,
-        text,
-        category,
-        confidence,
-        stamp,
-        source,
-        source_error,
-        extra,
-    ) in rows:
-        if name is None:
-            continue
-        if kind == "f":
-            values = FactValues(
-                fact_id=name,
-                content=text,
-                category=category,
-                confidence=confidence,
-                created_at=_raw_timestamp(stamp),
-                source=source,
-                source_error=source_error,
-                extra=_raw_json(extra),
-            )
-            facts.append((position, name, values))
-        else:
-            sections[name] = SectionValues(text, _raw_timestamp(stamp), _raw_json(extra))
-    facts.sort(key=lambda item: (item[0], item[1]))
-    snapshot = snapshot_of([item[2] for item in facts], [item[0] for item in facts], sections)
-    entry_stamp = stamp_of(first, first.revision)
-    document = _document(entry_stamp, first.version, first.scope_updated_at, snapshot)
-    return entry_stamp, document, snapshot
-
-
 def entry_after(
     scope_row: AnyRow,
     version: str,
@@ -116,9 +84,9 @@ def entry_after(
     previous: CacheEntry | None,
 ) -> CacheEntry:
     """The cache entry for the scope as the plan leaves it, reusing what ``previous`` decoded."""
-    snapshot = snapshot_of(plan.facts, plan.positions, plan.sections, previous[2] if previous else None)
+    snapshot = snapshot_of(plan.facts, plan.positions, plan.sections, previous.snapshot if previous else None)
     entry_stamp = stamp_of(scope_row, revision)
-    return entry_stamp, _document(entry_stamp, version, updated_at, snapshot), snapshot
+    return CacheEntry(entry_stamp, _document(entry_stamp, version, updated_at, snapshot), snapshot)
 
 
 _RAW_FACT = attrgetter("raw")

@@ -1,7 +1,7 @@
 """``SqlMemoryStorage``: the memory document kept in normalised SQL tables (SQLite or PostgreSQL).
 
-Loads: one cheap revision query validates the per-instance cache; a miss reads the scope, its
-sections and live facts in one UNION statement (one consistent snapshot, one round trip).
+Loads: one cheap revision query validates the per-instance cache; a miss reads the scope with its
+sections and live facts as JSON in one statement (``load.py``: one snapshot, one round trip).
 
 Saves: one transaction that takes the scope's write lock first (``BEGIN IMMEDIATE`` on SQLite,
 ``SELECT ... FOR UPDATE`` on PostgreSQL), merges the document into the stored rows
@@ -44,7 +44,7 @@ from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
 from memstore.storage.sql import access, maintenance, queries, queue_table
-from memstore.storage.sql.cache import CacheEntry, entry_after, entry_from_rows, stamp
+from memstore.storage.sql.cache import CacheEntry, entry_after, stamp
 from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
 from memstore.storage.sql.engine import (
     SQLITE_BUSY_TIMEOUT_OPTION,
@@ -54,12 +54,12 @@ from memstore.storage.sql.engine import (
     is_outage,
     mask_url,
 )
+from memstore.storage.sql.load import LOAD_STATEMENTS, read_entry
 from memstore.storage.sql.merge import Cap
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.sql.statements import (
     INSERT_SCOPE,
-    LOAD_QUERY,
     LOCK_QUERY,
     MARK_CLEARED,
     STAMP_QUERY,
@@ -112,6 +112,7 @@ class SqlMemoryStorage(MemoryStorage):
             else self._engine
         )
         self._insert_scope = INSERT_SCOPE[self._engine.dialect.name]
+        self._load = LOAD_STATEMENTS[self._engine.dialect.name]
         self._cache: dict[Scope, CacheEntry] = {}
         self._lock = threading.Lock()
         self.vectors = SqlVectorStore(
@@ -191,8 +192,8 @@ class SqlMemoryStorage(MemoryStorage):
             if cached is not None:
                 with self._reader.connect() as conn:
                     row = conn.execute(STAMP_QUERY, scope_keys(scope)).first()
-                if row is not None and stamp(row) == cached[0]:
-                    return cast(MemoryDocument, copy_json(cached[1]))
+                if row is not None and stamp(row) == cached.stamp:
+                    return cast(MemoryDocument, copy_json(cached.document))
             return self._read(scope)
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
@@ -250,7 +251,7 @@ class SqlMemoryStorage(MemoryStorage):
             if cached is None:
                 incoming = parse_document(memory)
             else:
-                incoming = parse_document(memory, cached[2].facts, cached[2].sections)
+                incoming = parse_document(memory, cached.snapshot.facts, cached.snapshot.sections)
         except MalformedDocumentError as exc:
             logger.error("memory for scope %s is malformed, not saved: %s", scope, exc)
             return False
@@ -275,17 +276,16 @@ class SqlMemoryStorage(MemoryStorage):
 
     def _read(self, scope: Scope) -> MemoryDocument:
         with self._reader.connect() as conn:
-            rows = conn.execute(LOAD_QUERY, scope_keys(scope)).all()
-        if not rows:
+            cached = read_entry(conn, self._load, scope_keys(scope))
+        if cached is None:
             with self._lock:
                 self._cache.pop(scope, None)
             document = unstored_memory()
             document["revision"] = 0
             return document
-        cached = entry_from_rows(rows)
         with self._lock:
             self._cache[scope] = cached
-        return cast(MemoryDocument, copy_json(cached[1]))
+        return cast(MemoryDocument, copy_json(cached.document))
 
     # --- StorageOperations (memstore.ops.queries): cross-scope reads and maintenance -------------
 

@@ -10,18 +10,14 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    Text,
     and_,
     bindparam,
     func,
     insert,
     literal_column,
-    null,
     or_,
     select,
     true,
-    type_coerce,
-    union_all,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -64,45 +60,6 @@ MARK_CLEARED = (
     update(_scopes)
     .where(_scopes.c.id == bindparam("b_id"))
     .values(cleared_at=bindparam("b_now", type_=_scopes.c.cleared_at.type))
-)
-# Stamps and ``extra`` come back as the driver gives them (text on SQLite) and are parsed in
-# cache.entry_from_rows: SQLAlchemy's per-row DateTime/JSON processors were a third of a cold load.
-_RAW = Text()
-LOAD_QUERY = union_all(
-    select(
-        *_SCOPE_COLUMNS,
-        literal_column("'f'").label("kind"),
-        _facts.c.fact_id.label("name"),
-        _facts.c.position,
-        _facts.c.content.label("text"),
-        _facts.c.category,
-        _facts.c.confidence,
-        type_coerce(_facts.c.created_at, _RAW).label("stamp"),
-        _facts.c.source,
-        _facts.c.source_error,
-        type_coerce(_facts.c.extra, _RAW).label("extra"),
-    )
-    .select_from(
-        _scopes.outerjoin(
-            _facts, and_(_facts.c.scope_id == _scopes.c.id, _facts.c.deleted_revision.is_(None))
-        )
-    )
-    .where(SCOPE_MATCH),
-    select(
-        *_SCOPE_COLUMNS,
-        literal_column("'s'"),
-        _sections.c.section,
-        null(),
-        _sections.c.summary,
-        null(),
-        null(),
-        type_coerce(_sections.c.updated_at, _RAW),
-        null(),
-        null(),
-        type_coerce(_sections.c.extra, _RAW),
-    )
-    .select_from(_scopes.join(_sections, _sections.c.scope_id == _scopes.c.id))
-    .where(SCOPE_MATCH),
 )
 SECTIONS_QUERY = select(
     _sections.c.section, _sections.c.summary, _sections.c.updated_at, _sections.c.revision, _sections.c.extra

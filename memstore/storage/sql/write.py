@@ -83,10 +83,10 @@ def plan_save(
 ) -> MergePlan:
     """Plan against the cached snapshot if store and caller are both at its revision, else the rows."""
     current = scope_row.revision
-    if cached is not None and incoming.revision == current and cached[0] == stamp_of(scope_row, current):
+    if cached is not None and incoming.revision == current and cached.stamp == stamp_of(scope_row, current):
         plan = plan_from_snapshot(
             incoming,
-            cached[2],
+            cached.snapshot,
             current=current,
             stored_version=scope_row.version,
             cap=cap,

@@ -1,0 +1,199 @@
+"""The cold load: one statement that returns the scope row with its facts and sections as JSON.
+
+Each of the two JSON arrays is parsed once by orjson, and facts are built straight from the
+parsed columns, without a row object, a type processor or a ``FactValues`` per fact: those were
+most of a cold load. Both dialects send timestamps as ``'YYYY-MM-DD HH:MM:SS.ffffff'`` UTC text
+(what SQLAlchemy writes on SQLite) and confidences exactly (below). A fact with ``extra`` or a
+stamp in any other shape is decoded by the codec, so the document is exactly what
+``codec.decode_fact`` makes of the row (``tests/integration/test_cold_load_equivalence.py``).
+
+The save fast path needs the rows as a ``Snapshot``; the entry builds it only when a save asks
+(``CacheEntry.snapshot``), since most loads are reads.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+import orjson
+from sqlalchemy import Connection, TextualSelect, column, text
+
+from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
+from memstore.storage.sql.cache import CacheEntry, incarnation, stamp_of
+from memstore.storage.sql.codec import (
+    EMPTY_SECTION,
+    INCARNATION_KEY,
+    FactValues,
+    SectionValues,
+    decode_fact,
+    decode_section,
+    json_object,
+)
+from memstore.storage.sql.models import Timestamp
+from memstore.storage.sql.snapshot import Snapshot, snapshot_of
+
+# A confidence travels as the integer confidence * 2**60, exact whenever it is an integer (every
+# value from 1/256 up, and most below). Decimal text would not be exact: SQLite's JSON and printf
+# keep 15 to 17 digits, not every bit. Otherwise PostgreSQL sends the float's 8 bytes in hex, and
+# SQLite null: ``read_entry`` then reads those few confidences in the same transaction.
+_SCALE = 2**60
+_SCALED = f"f.confidence * CAST({_SCALE} AS DOUBLE PRECISION)"
+_EXACT = f"{_SCALED} = CAST({_SCALED} AS BIGINT)"
+_FACT_ITEM = (
+    "f.position, f.fact_id, f.content, f.category, {confidence}, {created_at}, f.source, f.source_error"
+)
+_SCOPE = (
+    "s.id AS scope_id, s.revision, s.version, s.created_at AS scope_created_at, "
+    "s.updated_at AS scope_updated_at"
+)
+_WHERE = "coalesce(s.user_id, '') = :user_key AND coalesce(s.agent_name, '') = :agent_key"
+_LIVE = "FROM memory_facts f WHERE f.scope_id = s.id AND f.deleted_revision IS NULL"
+_SQLITE_ITEM = _FACT_ITEM.format(
+    confidence=f"CASE WHEN {_EXACT} THEN CAST({_SCALED} AS BIGINT) END", created_at="f.created_at"
+)
+_SQLITE_LOAD = f"""
+SELECT {_SCOPE},
+  (SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra)) {_LIVE}) AS facts,
+  (SELECT json_group_array(json_array(c.section, c.summary, c.updated_at, c.extra))
+     FROM memory_sections c WHERE c.scope_id = s.id) AS sections
+FROM memory_scopes s WHERE {_WHERE}
+"""
+_PG_STAMP = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+_PG_ITEM = _FACT_ITEM.format(
+    confidence=f"CASE WHEN {_EXACT} THEN CAST({_SCALED} AS BIGINT)::text::json "
+    "ELSE to_json(encode(float8send(f.confidence), 'hex')) END",
+    created_at=_PG_STAMP.format("f.created_at"),
+)
+_PG_SECTION = f"c.section, c.summary, {_PG_STAMP.format('c.updated_at')}, c.extra::text"
+_POSTGRESQL_LOAD = f"""
+SELECT {_SCOPE},
+  (SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text))::text {_LIVE}) AS facts,
+  (SELECT json_agg(json_build_array({_PG_SECTION}))::text
+     FROM memory_sections c WHERE c.scope_id = s.id) AS sections
+FROM memory_scopes s WHERE {_WHERE}
+"""
+_EXACT_CONFIDENCES = text(
+    "SELECT fact_id, confidence FROM memory_facts WHERE scope_id = :scope_id AND deleted_revision IS NULL"
+)
+
+
+def _statement(sql: str) -> TextualSelect:
+    return text(sql).columns(
+        column("scope_id"),
+        column("revision"),
+        column("version"),
+        column("scope_created_at", Timestamp),
+        column("scope_updated_at", Timestamp),
+        column("facts"),
+        column("sections"),
+    )
+
+
+LOAD_STATEMENTS = {"sqlite": _statement(_SQLITE_LOAD), "postgresql": _statement(_POSTGRESQL_LOAD)}
+"""The cold load per dialect, bound by ``statements.scope_keys``; no row means nothing is stored."""
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    return as_utc(datetime.fromisoformat(value)) if value is not None else None
+
+
+def _document_stamp(value: str) -> str:
+    """``format_timestamp`` of a stored stamp, by slicing when it has the shape both dialects send."""
+    parsed = datetime.fromisoformat(value)  # an impossible date fails here, as it would in the codec
+    if len(value) != 26 or value[19] != "." or parsed.tzinfo is not None:
+        return format_timestamp(as_utc(parsed))
+    # 'YYYY-MM-DD?HH:MM:SS.ffffff' (naive: UTC); isoformat leaves out zero microseconds.
+    return f"{value[:10]}T{value[11:19] if value.endswith('.000000') else value[11:]}Z"
+
+
+def _extra(value: str) -> dict[str, Any]:
+    # json, not orjson: an unknown key may hold an integer beyond 64 bits, which orjson refuses.
+    return {} if value == "{}" else json_object(json.loads(value))
+
+
+def _fact_values(item: list[Any]) -> FactValues:
+    _, fact_id, content, category, confidence, created_at, source, source_error, extra = item
+    return FactValues(
+        fact_id,
+        content,
+        category,
+        confidence,
+        _timestamp(created_at),
+        source,
+        source_error,
+        _extra(extra),
+    )
+
+
+def _document_fact(item: list[Any]) -> dict[str, Any]:
+    """``codec.decode_fact`` of the item, without building its ``FactValues`` when it has no ``extra``."""
+    _, fact_id, content, category, confidence, created_at, source, source_error, extra = item
+    if extra != "{}":
+        return decode_fact(_fact_values(item))
+    fact = {"id": fact_id, "content": content, "category": category, "confidence": confidence}
+    if created_at is not None:
+        fact["createdAt"] = _document_stamp(created_at)
+    if source is not None:
+        fact["source"] = source
+    if source_error is not None:
+        fact["sourceError"] = source_error
+    return fact
+
+
+def read_entry(conn: Connection, statement: TextualSelect, keys: dict[str, str]) -> CacheEntry | None:
+    """The cache entry of the scope ``keys`` names, or None; the snapshot is left to the first save."""
+    row = conn.execute(statement, keys).first()
+    if row is None:
+        return None
+    items: list[list[Any]] = orjson.loads(row.facts) if row.facts is not None else []
+    items.sort(key=lambda item: (item[0], item[1]))  # (scope_id, fact_id) is unique: no ties
+    unsent = _decode_confidences(items)
+    if unsent:
+        exact: dict[str, float] = {
+            fact_id: confidence
+            for fact_id, confidence in conn.execute(_EXACT_CONFIDENCES, {"scope_id": row.scope_id})
+        }
+        for item in unsent:
+            item[4] = exact[item[1]]
+    section_rows = orjson.loads(row.sections) if row.sections is not None else []
+    sections = {
+        name: SectionValues(summary, _timestamp(updated_at), _extra(extra))
+        for name, summary, updated_at, extra in section_rows
+    }
+    entry_stamp = stamp_of(row, row.revision)
+
+    def group(names: tuple[str, ...]) -> dict[str, Any]:
+        return {name: decode_section(sections.get(name, EMPTY_SECTION)) for name in names}
+
+    document: MemoryDocument = {
+        "version": row.version,
+        "lastUpdated": format_timestamp(row.scope_updated_at),
+        "revision": entry_stamp[1],
+        INCARNATION_KEY: incarnation(entry_stamp),
+        "user": group(USER_SECTIONS),
+        "history": group(HISTORY_SECTIONS),
+        "facts": list(map(_document_fact, items)),
+    }
+    return CacheEntry(entry_stamp, document, build=partial(_snapshot, items, sections))
+
+
+def _decode_confidences(items: list[list[Any]]) -> list[list[Any]]:
+    """Each item's confidence as a float, in place; returns the items SQLite sent without one."""
+    unsent = []
+    for item in items:
+        confidence = item[4]
+        if type(confidence) is int:
+            item[4] = confidence / _SCALE  # exact: a power of two
+        elif confidence is None:
+            unsent.append(item)
+        else:
+            item[4] = struct.unpack(">d", bytes.fromhex(confidence))[0]
+    return unsent
+
+
+def _snapshot(items: list[list[Any]], sections: dict[str, SectionValues]) -> Snapshot:
+    return snapshot_of(list(map(_fact_values, items)), [item[0] for item in items], sections)
