@@ -15,6 +15,7 @@ from memstore.document import format_timestamp
 from memstore.retention import FactSignals, RetentionPolicy
 from memstore.storage.sql.codec import (
     FactValues,
+    KnownFact,
     SectionValues,
     decode_fact,
     decode_section,
@@ -297,3 +298,45 @@ def test_positions_only_change_where_order_breaks() -> None:
     assert _assign_positions([None, None, 5, 6]) == [3, 4, 5, 6]  # prepended two
     assert _assign_positions([3, 1, 2]) == [3, 4, 5]
     assert _assign_positions([None, None]) == [0, 1]
+
+
+def _positions_by_definition(current: list[int | None]) -> list[int]:
+    """Walk left to right: keep a stored position if it still sorts after the last one, else take the next."""
+    first = next((index for index, position in enumerate(current) if position is not None), None)
+    last = (0 if first is None else (current[first] or 0) - first) - 1
+    positions = []
+    for position in current:
+        last = position if position is not None and position > last else last + 1
+        positions.append(last)
+    return positions
+
+
+@given(st.lists(st.none() | st.integers(-5, 30), max_size=12))
+def test_the_shortcut_for_appends_assigns_the_positions_the_definition_does(
+    current: list[int | None],
+) -> None:
+    positions = _assign_positions(current)
+    assert positions == _positions_by_definition(current)
+    assert all(a < b for a, b in itertools.pairwise(positions))
+
+
+def test_a_document_equal_to_the_stored_facts_under_equals_but_retyped_is_parsed_again() -> None:
+    """1, 1.0 and True are ``==``: the bulk comparison of unchanged facts must still see the retyping."""
+    stored = parse_document(
+        {"facts": [{"id": "a", "content": "x", "confidence": 1}, {"id": "b", "content": "y"}]}
+    )
+    assert stored.facts is not None
+    known = {fact.values.fact_id: KnownFact.of(fact.values) for fact in stored.facts}
+    same = parse_document(
+        {"facts": [dict(entry.raw) for entry in known.values()] + [{"content": "new"}]}, known
+    )
+    assert same.facts is not None and [
+        fact is known[fact.values.fact_id].fact for fact in same.facts[:2]
+    ] == [True, True]
+    retyped = [dict(entry.raw) for entry in known.values()]
+    retyped[0]["confidence"] = 1.0
+    parsed = parse_document({"facts": retyped}, known)
+    assert parsed.facts is not None
+    assert parsed.facts[0] is not known["a"].fact  # encoded again: 1.0 is stored as a float, 1 as an int
+    assert encode_fact(retyped[0], "a").extra != known["a"].fact.values.extra
+    assert parsed.facts[1] is known["b"].fact

@@ -20,6 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import islice
 from typing import Any, NamedTuple
 
 from memstore.document import (
@@ -376,12 +377,30 @@ def parse_document(
     )
 
 
+def _unchanged_prefix(raw_facts: list[Any], known_facts: Mapping[str, KnownFact]) -> list[IncomingFact]:
+    """The stored facts, when the document starts with all of them unchanged and in stored order.
+
+    The usual save (a loaded document plus a few appended facts) is decided by one C-level list
+    ``==`` instead of a ``matches`` call per fact, which was most of a 500-fact save. ``==`` cannot
+    tell ``1``, ``1.0`` and ``True`` apart, so each fact's lax keys are then checked by type.
+    Anything else (an edit, a removal, a new order) returns nothing and is parsed fact by fact.
+    """
+    known = list(islice(known_facts.values(), len(raw_facts)))
+    if len(known) < len(known_facts) or raw_facts[: len(known)] != [entry.raw for entry in known]:
+        return []
+    for entry, raw in zip(known, raw_facts, strict=False):
+        for key in entry.lax_keys:
+            if not _same_types(raw[key], entry.raw[key]):
+                return []
+    return [entry.fact for entry in known]
+
+
 def _parse_facts(raw_facts: object, known_facts: Mapping[str, KnownFact]) -> list[IncomingFact]:
     if not isinstance(raw_facts, list):
         raise MalformedDocumentError(f"'facts' must be a list, got {type(raw_facts).__name__}")
-    facts: list[IncomingFact] = []
-    seen_ids: set[str] = set()
-    for index, raw in enumerate(raw_facts):
+    facts = _unchanged_prefix(raw_facts, known_facts)
+    seen_ids: set[str] = set(islice(known_facts, len(facts)))
+    for index, raw in enumerate(raw_facts[len(facts) :], len(facts)):
         if not isinstance(raw, dict):
             raise MalformedDocumentError(f"facts[{index}] must be an object, got {type(raw).__name__}")
         raw_id = raw.get("id")

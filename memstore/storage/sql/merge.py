@@ -31,7 +31,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import Enum
-from typing import Any
+from itertools import islice
+from operator import lt
+from typing import Any, cast
 
 from memstore.retention import NO_SIGNALS, Candidate, FactSignals, RetentionPolicy, Score
 from memstore.storage.sql.codec import (
@@ -336,6 +338,14 @@ def assign_positions(current: list[int | None]) -> list[int]:
 
     Positions only need to sort, not to be dense, so deleting or appending rewrites no other row.
     """
+    stored = len(current)
+    while stored and current[stored - 1] is None:
+        stored -= 1
+    kept = cast(list[int], current[:stored])
+    if None not in kept and all(map(lt, kept, islice(kept, 1, None))):
+        # The usual save (stored facts in order, new ones appended) decided at C speed.
+        last = kept[-1] if kept else -1
+        return kept + list(range(last + 1, last + 1 + len(current) - stored))
     first = next((index for index, position in enumerate(current) if position is not None), None)
     start = 0 if first is None else (current[first] or 0) - first
     positions: list[int] = []
