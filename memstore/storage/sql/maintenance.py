@@ -21,6 +21,7 @@ from memstore.storage.sql.models import facts_table as _facts
 from memstore.storage.sql.models import history_table as _history
 from memstore.storage.sql.models import scopes_table as _scopes
 from memstore.storage.sql.models import sections_table as _sections
+from memstore.storage.sql.statements import user_is
 
 
 def user_digest(user_id: str) -> str:
@@ -57,7 +58,7 @@ def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
             with conn.begin():
                 lock_user(conn, user_id)
                 scope_ids = list(
-                    conn.execute(select(_scopes.c.id).where(_scopes.c.user_id == user_id).with_for_update())
+                    conn.execute(select(_scopes.c.id).where(user_is(user_id)).with_for_update())
                     .scalars()
                     .all()
                 )

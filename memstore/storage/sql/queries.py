@@ -48,6 +48,7 @@ from memstore.storage.sql.fts_schema import FTS_TABLE, PG_TS_CONFIG
 from memstore.storage.sql.models import facts_table as _facts
 from memstore.storage.sql.models import history_table as _history
 from memstore.storage.sql.models import scopes_table as _scopes
+from memstore.storage.sql.statements import agent_is, user_is
 
 logger = logging.getLogger(__name__)
 
@@ -185,11 +186,9 @@ def fact_record(row: Any, *, rank: float | None = None) -> FactRecord:
 def scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
     conditions: list[ColumnElement[bool]] = []
     if where.user_id is not None:
-        conditions.append(_scopes.c.user_id == where.user_id)
-    if where.agent_name is None:
-        conditions.append(_scopes.c.agent_name.is_(None))
-    elif where.agent_name is not ANY_AGENT:
-        conditions.append(_scopes.c.agent_name == where.agent_name)
+        conditions.append(user_is(where.user_id))
+    if where.agent_name is not ANY_AGENT:
+        conditions.append(agent_is(where.agent_name))
     return conditions
 
 
@@ -238,7 +237,7 @@ def list_scopes(engine: Engine, user_id: str | None) -> list[Scope]:
         func.coalesce(_scopes.c.user_id, ""), func.coalesce(_scopes.c.agent_name, "")
     )
     if user_id is not None:
-        query = query.where(_scopes.c.user_id == user_id)
+        query = query.where(user_is(user_id))
     with engine.connect() as conn:
         return [(row.user_id, row.agent_name) for row in conn.execute(query)]
 

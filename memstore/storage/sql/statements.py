@@ -21,7 +21,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql.elements import ColumnClause
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
 from memstore.scope import Scope
 from memstore.storage.sql.models import facts_table as _facts
@@ -35,6 +35,22 @@ SCOPE_MATCH = and_(
     func.coalesce(_scopes.c.user_id, _EMPTY) == bindparam("user_key"),
     func.coalesce(_scopes.c.agent_name, _EMPTY) == bindparam("agent_key"),
 )
+
+
+def user_is(user_id: str) -> ColumnElement[bool]:
+    """``memory_scopes.user_id = user_id``, written so the COALESCE unique index serves it.
+
+    A plain ``user_id = ?`` has no index to use: with 50,000 users it scanned every scope, or
+    every fact of the category a filter names.
+    """
+    return func.coalesce(_scopes.c.user_id, _EMPTY) == user_id
+
+
+def agent_is(agent_name: str | None) -> ColumnElement[bool]:
+    """``agent_name = agent_name`` (``IS NULL`` for None: ``''`` is never a name), index-friendly."""
+    return func.coalesce(_scopes.c.agent_name, _EMPTY) == (agent_name or _EMPTY)
+
+
 _SCOPE_COLUMNS = (
     _scopes.c.id.label("scope_id"),
     _scopes.c.revision,
