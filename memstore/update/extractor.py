@@ -7,17 +7,19 @@ runs is decided by ``resolve_extractor`` from the configuration.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from memstore.capture.conversation import ConversationContext
 from memstore.capture.filtering import memory_turns
 from memstore.config import MemoryConfig
 from memstore.document import DOCUMENT_KEYS, MemoryDocument
 from memstore.errors import ConfigError
-from memstore.update.llm import LLMClient
 from memstore.update.parser import MemoryUpdate, parse_update_response
 from memstore.update.prompt import build_update_prompt
 from memstore.update.rules import extract_update
+
+if TYPE_CHECKING:
+    from memstore.update.llm import LLMClient
 
 ExtractorName = Literal["llm", "rules"]
 
@@ -72,6 +74,10 @@ def build_extractor(config: MemoryConfig, *, model_name: str | None = None) -> E
     """The extractor ``config`` selects; ``model_name`` overrides ``config.model_name`` for the LLM."""
     if resolve_extractor(config) == "rules":
         return RulesExtractor()
+    # Imported here: the openai client is half a second of imports that a CLI command, or a
+    # gateway on the rules extractor, would otherwise pay at startup for nothing.
+    from memstore.update.llm import LLMClient
+
     return LLMExtractor(LLMClient(config, model_name=model_name), config)
 
 
