@@ -193,9 +193,18 @@ def scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
 
 
 def fact_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
-    conditions = [_facts.c.deleted_revision.is_(None), *scope_conditions(where)]
+    conditions: list[ColumnElement[bool]] = [_facts.c.deleted_revision.is_(None)]
+    if where.user_id is not None:
+        # The user's scopes first: with no statistics, SQLite otherwise started from every fact of
+        # the filtered category (200,000 of a million) and joined each to its scope.
+        conditions.append(_facts.c.scope_id.in_(select(_scopes.c.id).where(*scope_conditions(where))))
+    else:
+        conditions.extend(scope_conditions(where))
     if where.category is not None:
-        conditions.append(_facts.c.category == where.category)
+        category: ColumnElement[Any] = _facts.c.category
+        if where.user_id is not None:  # and off the category index, which would skip the sort
+            category = category.concat("")
+        conditions.append(category == where.category)
     if where.min_confidence is not None:
         conditions.append(_facts.c.confidence >= where.min_confidence)
     if where.text:
