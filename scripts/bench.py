@@ -35,6 +35,7 @@ import bench_queue
 import bench_relevance
 import bench_report
 import bench_scenarios
+import bench_search
 import sqlalchemy
 from bench_core import SQLITE_NORMAL, Result
 from bench_data import use_bench_config
@@ -58,12 +59,13 @@ class Mode:
     concurrent_rounds: int
     warmup: int
     searches: int
+    search_users: int
 
 
 MODES = {
-    "full": Mode(2000, 150, 2000, FULL_SCALE_SCOPES, 2000, 300, 4, 50, 30),
-    "quick": Mode(400, 40, 500, 10_000, 400, 80, 2, 20, 10),
-    "smoke": Mode(5, 3, 5, 300, 5, 4, 1, 1, 2),
+    "full": Mode(2000, 150, 2000, FULL_SCALE_SCOPES, 2000, 300, 4, 50, 30, bench_search.FULL_USERS),
+    "quick": Mode(400, 40, 500, 10_000, 400, 80, 2, 20, 10, 5_000),
+    "smoke": Mode(5, 3, 5, 300, 5, 4, 1, 1, 2, 200),
 }
 
 
@@ -102,7 +104,9 @@ def _meta(
         notes.append(
             f"{mode_name} mode: the scale scenario used {mode.scale_scopes:,} scopes, "
             f"not {FULL_SCALE_SCOPES:,}, and semantic search {mode.scale_scopes:,} vectors, "
-            f"not {FULL_SCALE_SCOPES:,}"
+            f"not {FULL_SCALE_SCOPES:,}; search at scale {mode.search_users * bench_search.FACTS_PER_USER:,} "
+            f"facts of {mode.search_users:,} users, not "
+            f"{bench_search.FULL_USERS * bench_search.FACTS_PER_USER:,} of {bench_search.FULL_USERS:,}"
         )
     if pg_server is None:
         notes.append(f"PostgreSQL scenarios skipped: {bench_pg.PG_URL_ENV} is not set")
@@ -185,6 +189,11 @@ def run(
             if stores.pg_conn is not None:
                 stack.callback(stores.pg_conn.close)
             results += _core(stores, mode, work, pg_url)
+            started = time.perf_counter()
+            results += bench_search.search_at_scale(
+                work, pg_server, pg_durability, mode.search_users, mode.searches * 4
+            )
+            _stage("search at scale", started)
         if only == "access":
             results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
         else:

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot lo
 from bench_core import Result
 
 DOCS_MARKERS = ("<!-- bench:begin -->", "<!-- bench:end -->")
+SEARCH_SCENARIO = "search_at_scale"
 QUEUE_MARKERS = ("<!-- bench-queue:begin -->", "<!-- bench-queue:end -->")
 
 
@@ -59,9 +60,23 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "save_scaling",
-        "save at 500 facts ≤ 2× save at 10",
+        "save at 500 facts ≤ 1.5× save at 10",
         ("save_add1_500", "sqlite"),
         ("save_add1_10", "sqlite"),
+        1.5,
+    ),
+    Target(
+        "save_vs_langgraph_10",
+        "save +1 fact at 10 facts ≤ 2× LangGraph SqliteStore put",
+        ("save_add1_10", "sqlite"),
+        ("save_add1_10", "langgraph_sqlite"),
+        2,
+    ),
+    Target(
+        "save_vs_langgraph_500",
+        "save +1 fact at 500 facts ≤ 2× LangGraph SqliteStore put",
+        ("save_add1_500", "sqlite"),
+        ("save_add1_500", "langgraph_sqlite"),
         2,
     ),
     Target(
@@ -139,10 +154,10 @@ TARGETS: tuple[Target, ...] = (
     ),
     Target(
         "pg_cold_vs_roundtrip",
-        "PostgreSQL cold load ≤ 2× one psycopg round trip (SELECT 1)",
+        "PostgreSQL cold load ≤ 3× one psycopg round trip (SELECT 1)",
         ("load_cold_100", "postgresql"),
         ("load_cold_100", "psycopg_select1"),
-        2,
+        3,
     ),
     Target(
         "pg_cold_vs_floor",
@@ -188,7 +203,33 @@ def _queue_targets() -> tuple[Target, ...]:
     return tuple(targets)
 
 
+def _search_targets() -> tuple[Target, ...]:
+    targets = []
+    for backend, name in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
+        subject = (SEARCH_SCENARIO, f"{backend}_fulltext")
+        targets.append(
+            Target(
+                f"search_{backend}",
+                f"{name}: full-text search over every user, p50 ≤ 50 ms",
+                subject,
+                None,
+                50,
+            )
+        )
+        for operation, text in (
+            ("list_user_category", "facts list by user and category"),
+            ("stats", "stats"),
+            ("erase_one_user", "erase of one user"),
+        ):
+            subject = (SEARCH_SCENARIO, f"{backend}_{operation}")
+            targets.append(
+                Target(f"{operation}_{backend}", f"{name}: {text}, median ms", subject, None, None)
+            )
+    return tuple(targets)
+
+
 TARGETS += _queue_targets()
+TARGETS += _search_targets()
 
 
 def _value(result: Result, throughput: bool) -> float:

@@ -12,6 +12,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = (ROOT / "bench" / "results.json", ROOT / "bench" / "chart.png", ROOT / "docs" / "performance.md")
 """What only ``--write-docs`` may rewrite."""
+SEARCH_OPERATIONS = ("fulltext", "list_user_category", "stats", "erase_one_user")
 SQLITE_VARIANTS = {
     "load_warm_100": {"sqlite", "file"},
     "load_cold_100": {"sqlite", "sqlite3_floor", "langgraph_sqlite", "file"},
@@ -27,6 +28,7 @@ SQLITE_VARIANTS = {
     "scale_cold_load": {"100_scopes", "many_scopes"},
     "concurrent_saves": {"sqlite_1proc", "sqlite_4proc"},
     "queue_llm_200ms": {"sqlite_1w", "sqlite_4w", "sqlite_16w", "sqlite_2x8w", "memory_queue_1w"},
+    "search_at_scale": {f"sqlite_{operation}" for operation in SEARCH_OPERATIONS},
 }
 PG_VARIANTS = {
     "load_warm_100": {"postgresql"},
@@ -36,6 +38,7 @@ PG_VARIANTS = {
     "semantic_search_100k": {"postgresql_exact", "postgresql_exact_one_user"},
     "concurrent_saves": {"postgresql_1proc", "postgresql_4proc"},
     "queue_llm_200ms": {"postgresql_1w", "postgresql_4w", "postgresql_16w", "postgresql_2x8w"},
+    "search_at_scale": {f"postgresql_{operation}" for operation in SEARCH_OPERATIONS},
 }
 QUEUE_LAYOUTS = {"1w": 1, "4w": 4, "16w": 16, "2x8w": 16}
 SQLITE_TARGETS = {
@@ -43,6 +46,8 @@ SQLITE_TARGETS = {
     "cold_vs_floor",
     "cold_vs_langgraph",
     "save_scaling",
+    "save_vs_langgraph_10",
+    "save_vs_langgraph_500",
     "save_vs_file",
     "save_vs_file_same_durability",
     "inject",
@@ -54,6 +59,8 @@ SQLITE_TARGETS = {
     "sqlite_concurrency",
     *(f"queue_sqlite_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
     "queue_200ms_vs_memory_queue",
+    "search_sqlite",
+    *(f"{operation}_sqlite" for operation in SEARCH_OPERATIONS[1:]),
 }
 PG_TARGETS = {
     "pg_concurrency",
@@ -61,6 +68,8 @@ PG_TARGETS = {
     "pg_cold_vs_floor",
     "pg_access_tracking",
     *(f"queue_postgresql_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
+    "search_postgresql",
+    *(f"{operation}_postgresql" for operation in SEARCH_OPERATIONS[1:]),
 }
 
 
