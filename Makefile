@@ -28,8 +28,10 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# One worker per core (pytest-xdist): every test has its own tmp_path and database, and the suite
+# is CPU-bound, so two cores halve it. PYTEST_ARGS="-n 0" runs it in one process.
 pytest: $(STAMP)
-	scripts/with-postgres.sh $(BIN)/python -m pytest $(PYTEST_ARGS)
+	scripts/with-postgres.sh $(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 
