@@ -149,6 +149,13 @@ class MemoryFact(Base):
         Index("ix_memory_facts_scope_id_category", "scope_id", "category"),
         Index("ix_memory_facts_created_at", "created_at"),
         Index("ix_memory_facts_category_created_at", "category", "created_at"),
+        # Live facts per category (``stats``) without visiting a million rows for deleted_revision.
+        Index(
+            "ix_memory_facts_live_category",
+            "category",
+            sqlite_where=text("deleted_revision IS NULL"),
+            postgresql_where=text("deleted_revision IS NULL"),
+        ),
     )
 
 
