@@ -188,7 +188,7 @@ def _plain_fact(index: int) -> dict[str, Any]:
 def test_rows_a_dba_wrote_by_hand_load_as_the_codec_reads_them(sql_url: str) -> None:
     """Stamps in other shapes and a confidence with every bit set, written with plain SQL."""
     storage = SqlMemoryStorage(sql_url)
-    doc = {"facts": [_plain_fact(i) for i in range(4)]}
+    doc = {"facts": [_plain_fact(i) for i in range(7)]}
     assert storage.save(doc, user_id="alice")
     engine = get_engine(sql_url)
     with engine.connect() as conn:  # every column says what the document says: no ``extra``
@@ -202,12 +202,22 @@ def test_rows_a_dba_wrote_by_hand_load_as_the_codec_reads_them(sql_url: str) -> 
         stamp = datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC) + timedelta(hours=1)
         conn.execute(text("UPDATE memory_facts SET created_at = :t WHERE fact_id = 'f2'"), {"t": stamp})
         if engine.dialect.name == "sqlite":
-            conn.execute(
-                text("UPDATE memory_facts SET created_at = '2026-01-02T03:04:05Z' WHERE fact_id = 'f3'")
-            )
+            for fact_id, stamp_text in (("f3", "2026-01-02T03:04:05Z"), ("f4", "2026-W01-4T00:00:00.123456")):
+                conn.execute(
+                    text("UPDATE memory_facts SET created_at = :t WHERE fact_id = :f"),
+                    {"t": stamp_text, "f": fact_id},
+                )
+            conn.execute(text("UPDATE memory_facts SET extra = 5 WHERE fact_id = 'f5'"))  # numeric affinity
+            conn.execute(text("UPDATE memory_sections SET extra = 7"))
+        else:
+            conn.execute(text("UPDATE memory_facts SET confidence = '-0'::float8 WHERE fact_id = 'f6'"))
     loaded = SqlMemoryStorage(sql_url).reload(user_id="alice")
     _same(loaded, _oracle(engine, "alice", None))
     assert loaded["facts"][0]["confidence"] == tiny
+    if engine.dialect.name == "sqlite":
+        assert loaded["facts"][4]["createdAt"] == "2026-01-01T00:00:00.123456Z"  # the week date, read
+    else:
+        assert str(loaded["facts"][6]["confidence"]) == "-0.0"
 
 
 def test_the_snapshot_a_save_builds_from_a_cold_load_holds_the_stored_values(sql_url: str) -> None:

@@ -21,7 +21,7 @@ from sqlalchemy import inspect, text
 from memstore.capture.conversation import ConversationContext
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory
-from memstore.errors import StaleDocumentError
+from memstore.errors import InvalidScopeError, StaleDocumentError
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.integrations.fastapi import create_memory_router
 from memstore.ops.facts import (
@@ -390,3 +390,15 @@ def test_a_patch_that_raced_an_erase_answers_409_and_stores_nothing(sql_url: str
         assert [f["content"] for f in client.get("/api/memory").json()["facts"]] == ["after 1", "after 2"]
     reset_memory_storage()
     assert _rows_mentioning(sql_url, (SECRET,)) == {}
+
+
+def test_an_empty_user_id_erases_and_lists_nothing_of_the_memory_without_a_user(sql_url: str) -> None:
+    """COALESCE(user_id, '') = '' would match the global and agent-only scopes: '' is refused."""
+    storage = SqlMemoryStorage(sql_url)
+    document = {"facts": [{"id": "g", "content": "shared fact", "category": "context", "confidence": 0.9}]}
+    assert storage.save(document) and storage.save(document, "coder")
+    for call in (lambda: storage.erase_user(""), lambda: storage.list_scopes("")):
+        with pytest.raises(InvalidScopeError):
+            call()
+    assert [fact["id"] for fact in storage.reload()["facts"]] == ["g"]
+    assert [fact["id"] for fact in storage.reload("coder")["facts"]] == ["g"]

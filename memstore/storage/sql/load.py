@@ -64,7 +64,8 @@ FROM memory_scopes s WHERE {_WHERE}
 """
 _PG_STAMP = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
 _PG_ITEM = _FACT_ITEM.format(
-    confidence=f"CASE WHEN {_EXACT} THEN CAST({_SCALED} AS BIGINT)::text::json "
+    # Zero goes as bytes too: -0.0 scales to the integer 0 and would come back as 0.0.
+    confidence=f"CASE WHEN f.confidence <> 0 AND {_EXACT} THEN CAST({_SCALED} AS BIGINT)::text::json "
     "ELSE to_json(encode(float8send(f.confidence), 'hex')) END",
     created_at=_PG_STAMP.format("f.created_at"),
 )
@@ -104,13 +105,17 @@ def _timestamp(value: str | None) -> datetime | None:
 def _document_stamp(value: str) -> str:
     """``format_timestamp`` of a stored stamp, by slicing when it has the shape both dialects send."""
     parsed = datetime.fromisoformat(value)  # an impossible date fails here, as it would in the codec
-    if len(value) != 26 or value[19] != "." or parsed.tzinfo is not None:
+    shaped = len(value) == 26 and value[4] == value[7] == "-" and value[13] == value[16] == ":"
+    if not shaped or value[19] != "." or parsed.tzinfo is not None:  # e.g. a week date: 2026-W01-4...
         return format_timestamp(as_utc(parsed))
     # 'YYYY-MM-DD?HH:MM:SS.ffffff' (naive: UTC); isoformat leaves out zero microseconds.
     return f"{value[:10]}T{value[11:19] if value.endswith('.000000') else value[11:]}Z"
 
 
-def _extra(value: str) -> dict[str, Any]:
+def _extra(value: object) -> dict[str, Any]:
+    """An ``extra`` column: JSON text, or on SQLite a number a DBA wrote (numeric affinity): ``{}``."""
+    if not isinstance(value, str):
+        return json_object(value)
     # json, not orjson: an unknown key may hold an integer beyond 64 bits, which orjson refuses.
     return {} if value == "{}" else json_object(json.loads(value))
 

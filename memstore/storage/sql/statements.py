@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
-from memstore.scope import Scope
+from memstore.scope import Scope, validate_user_id
 from memstore.storage.sql.models import facts_table as _facts
 from memstore.storage.sql.models import history_table as _history
 from memstore.storage.sql.models import scopes_table as _scopes
@@ -41,9 +41,10 @@ def user_is(user_id: str) -> ColumnElement[bool]:
     """``memory_scopes.user_id = user_id``, written so the COALESCE unique index serves it.
 
     A plain ``user_id = ?`` has no index to use: with 50,000 users it scanned every scope, or
-    every fact of the category a filter names.
+    every fact of the category a filter names. The id is validated first: ``''`` would match
+    every scope that has no user (the global and agent-only memory), and an erase must not.
     """
-    return func.coalesce(_scopes.c.user_id, _EMPTY) == user_id
+    return func.coalesce(_scopes.c.user_id, _EMPTY) == validate_user_id(user_id)
 
 
 def agent_is(agent_name: str | None) -> ColumnElement[bool]:
