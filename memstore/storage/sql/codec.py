@@ -389,8 +389,10 @@ def _unchanged_prefix(raw_facts: list[Any], known_facts: Mapping[str, KnownFact]
     if len(known) < len(known_facts) or raw_facts[: len(known)] != [entry.raw for entry in known]:
         return []
     for entry, raw in zip(known, raw_facts, strict=False):
+        stored = entry.raw
         for key in entry.lax_keys:
-            if not _same_types(raw[key], entry.raw[key]):
+            value, stored_value = raw[key], stored[key]
+            if value is not stored_value and not _same_types(value, stored_value):  # a loaded copy: `is`
                 return []
     return [entry.fact for entry in known]
 
