@@ -77,6 +77,8 @@ class MemoryConfig(BaseModel):
     queue_lease_seconds: float = Field(default=60.0, ge=0.5, le=3600)
     queue_poll_seconds: float = Field(default=1.0, gt=0, le=60)
     queue_enqueue_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
+    # /readyz: not ready while the oldest queued turn has waited longer than this.
+    ready_max_queue_lag_seconds: float = Field(default=300.0, ge=1, le=86_400)
     # Staleness review and consolidation (the reference's fields and defaults).
     staleness_review_enabled: bool = True
     staleness_age_days: int = Field(default=90, ge=30, le=365)
@@ -128,6 +130,7 @@ class MemoryConfig(BaseModel):
         "queue_lease_seconds",
         "queue_poll_seconds",
         "queue_enqueue_timeout_seconds",
+        "ready_max_queue_lag_seconds",
         "eviction_confidence_weight",
         "eviction_confirmation_weight",
         "eviction_access_weight",

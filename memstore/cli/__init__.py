@@ -57,6 +57,7 @@ VERBOSE = click.Option(
 
 
 @click.group(cls=_MemstoreGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="memstore", message="%(prog)s %(version)s")
 def main() -> None:
     """memstore: long-term memory for LLM agent gateways, kept in SQL."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

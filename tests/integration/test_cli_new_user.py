@@ -6,10 +6,14 @@ the behaviour is about it), reading stdout, stderr and the exit code as a user o
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
+import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +167,11 @@ def test_an_unknown_category_filter_is_pointed_out(cli: Cli, tmp_path: Path) -> 
     assert "'bogus' is not one of the categories" in bogus.stderr
     known = cli("facts", "list", "--category", "preference")
     assert known.returncode == 0 and known.stderr == "" and "Alice drinks tea" in known.stdout
+
+
+def test_version_is_the_installed_distributions() -> None:
+    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    result = subprocess.run([executable, "--version"], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"memstore {importlib.metadata.version('memstore')}\n"

@@ -96,6 +96,10 @@ def test_trusted_header_identity(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     with running_server(["--user-header", "X-Forwarded-User"], data_dir) as server:
         assert httpx.get(f"{server.base}/api/memory").status_code == 401
+        # The probes need no identity and show no memory.
+        assert httpx.get(f"{server.base}/healthz").json() == {"status": "ok"}
+        ready = httpx.get(f"{server.base}/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready", ready.text
         headers = {"X-Forwarded-User": "carol@example.com"}
         created = httpx.post(
             f"{server.base}/api/memory/facts", json={"content": "Via the proxy"}, headers=headers

@@ -106,6 +106,12 @@ def current(url: str | URL) -> str | None:
         return _revision_of(connection)
 
 
+def current_of(engine: Engine) -> str | None:
+    """The revision of the database ``engine`` serves (a readiness probe's question)."""
+    with engine.connect() as connection:
+        return _revision_of(connection)
+
+
 def upgrade(url: str | URL, revision: str = "head") -> tuple[str | None, str | None]:
     """Upgrade under the migration lock; returns the revisions before and after."""
     return _migrate(get_engine(url), command.upgrade, revision)

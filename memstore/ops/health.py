@@ -1,0 +1,82 @@
+"""Readiness of a memstore service in a fleet: what ``/readyz`` answers, one check at a time.
+
+A replica is ready when its database answers, the schema is at the head this code ships (a
+replica behind a migration would fail its first save), and, with the durable queue, the oldest
+waiting turn is younger than ``ready_max_queue_lag_seconds`` (workers are keeping up). The
+answer is for unauthenticated probes, so a failed check names what failed, never the driver's
+message: that goes to the log once per failure, at WARNING, with the URL's password masked.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError
+
+from memstore.config import get_memory_config
+from memstore.errors import MigrationError, StorageUnavailableError
+from memstore.ops.queue import queue_status
+from memstore.storage.base import MemoryStorage
+from memstore.storage.loader import get_memory_storage
+from memstore.storage.sql import migrate
+from memstore.storage.sql.provider import SqlMemoryStorage
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class Readiness:
+    checks: tuple[Check, ...]
+
+    @property
+    def ready(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+
+def readiness(storage: MemoryStorage | None = None) -> Readiness:
+    """Database reachable, schema at head, queue lag under the limit (no database: ready)."""
+    storage = storage or get_memory_storage()
+    if not isinstance(storage, SqlMemoryStorage):
+        return Readiness((Check("storage", True, f"{type(storage).__name__} keeps no database"),))
+    try:
+        found = migrate.current_of(storage.engine)
+    except DBAPIError as exc:
+        logger.warning("readiness: cannot reach the database at %s: %s", storage.url, _first_line(exc.orig))
+        return Readiness((Check("database", False, "unreachable"),))
+    target = migrate.head()
+    checks = [
+        Check("database", True, "reachable"),
+        Check("schema", found == target, f"at {found or '<base>'}, head is {target}"),
+    ]
+    if found != target:
+        logger.warning("readiness: the database at %s is at %s, head is %s", storage.url, found, target)
+    if get_memory_config().queue_backend in (None, "database"):
+        checks.append(_queue_check(storage))
+    return Readiness(tuple(checks))
+
+
+def _queue_check(storage: SqlMemoryStorage) -> Check:
+    limit = get_memory_config().ready_max_queue_lag_seconds
+    try:
+        lag = queue_status(storage).oldest_pending_seconds
+    except (StorageUnavailableError, MigrationError) as exc:
+        logger.warning("readiness: cannot read the queue at %s: %s", storage.url, _first_line(exc))
+        return Check("queue", False, "unreadable")
+    if lag is None:
+        return Check("queue", True, "nothing waiting")
+    detail = f"oldest waiting turn {lag:.0f} s, limit {limit:.0f} s"
+    if lag > limit:
+        logger.warning("readiness: the queue at %s lags: %s", storage.url, detail)
+    return Check("queue", lag <= limit, detail)
+
+
+def _first_line(error: object) -> str:
+    return (str(error).strip().splitlines() or [""])[0]
