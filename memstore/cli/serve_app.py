@@ -11,7 +11,8 @@ Stand-alone there is no gateway in front, so the app itself refuses what a gatew
   (400): a proxy that appends its header instead of replacing the client's would otherwise let
   the client's copy through.
 
-``/docs``, ``/openapi.json``, ``/healthz`` and ``/readyz`` need no identity: they hold no memory.
+``/docs``, ``/openapi.json``, ``/healthz``, ``/readyz`` and ``/metrics`` need no identity: they
+hold no memory.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.health import create_health_router
+from memstore.integrations.metrics import create_metrics_router
 from memstore.scope import make_safe_user_id
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -66,6 +68,7 @@ def create_app(identity: Callable[..., str], *, allowed_hosts: Sequence[str], ma
     app = FastAPI(title="memstore", summary="Long-term memory API")
     app.include_router(create_memory_router(identity))
     app.include_router(create_health_router())
+    app.include_router(create_metrics_router())
     # Added last, so it runs first: a refused Host never reaches the body limit or the router.
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)

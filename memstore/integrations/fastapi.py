@@ -16,13 +16,12 @@ is the mounting app's or its proxy's job (``memstore serve`` sets one).
 # No ``from __future__ import annotations``: FastAPI must evaluate the handlers' annotations,
 # which refer to the factory's local ``Owner``.
 
-from collections.abc import Callable, Coroutine, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Annotated, Any
 
 try:
     from fastapi import APIRouter, Depends, Query, Request, Response
-    from fastapi.exceptions import HTTPException, RequestValidationError
+    from fastapi.exceptions import RequestValidationError
     from fastapi.routing import APIRoute
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
     raise ImportError("memstore.integrations.fastapi needs FastAPI: pip install 'memstore[server]'") from exc
@@ -38,21 +37,7 @@ from memstore.document import (
     MAX_SUMMARY_CHARS,
     MemoryDocument,
 )
-from memstore.errors import (
-    DuplicateFactError,
-    EmbeddingError,
-    FactEditConflictError,
-    FactNotFoundError,
-    InvalidDocumentError,
-    InvalidFactError,
-    InvalidScopeError,
-    QueryError,
-    RevisionConflictError,
-    StaleDocumentError,
-    StorageSetupError,
-    StorageUnavailableError,
-    StorageWriteError,
-)
+from memstore.integrations.fastapi_errors import mapped_errors
 from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact,
@@ -221,8 +206,6 @@ class ValidationErrorResponse(BaseModel):
     detail: list[ValidationErrorItem]
 
 
-_UNAVAILABLE = "Memory storage is unavailable; try again later."
-_EMBEDDINGS_FAILED = "The embeddings endpoint failed; try again later."
 _ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"model": ValidationErrorResponse, "description": "Invalid input or user id"},
     503: {
@@ -242,34 +225,6 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
         "request ran (reload and retry)",
     },
 }
-
-
-@contextmanager
-def _mapped_errors() -> Iterator[None]:
-    """The one place memstore's typed errors become the documented HTTP errors."""
-    try:
-        yield
-    except (DuplicateFactError, FactEditConflictError, RevisionConflictError) as exc:
-        raise HTTPException(409, str(exc)) from exc
-    except FactNotFoundError as exc:
-        raise HTTPException(404, f"Memory fact '{exc.fact_id}' not found.") from exc
-    except InvalidFactError as exc:
-        raise RequestValidationError(
-            [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
-        ) from exc
-    except InvalidDocumentError as exc:
-        raise RequestValidationError([{"loc": ["body"], "msg": str(exc), "type": "value_error"}]) from exc
-    except QueryError as exc:
-        raise RequestValidationError([{"loc": ["query"], "msg": str(exc), "type": "value_error"}]) from exc
-    except InvalidScopeError as exc:
-        raise RequestValidationError([{"loc": ["user"], "msg": str(exc), "type": "value_error"}]) from exc
-    except StaleDocumentError as exc:
-        raise HTTPException(409, str(exc)) from exc
-    except (StorageUnavailableError, StorageWriteError, StorageSetupError) as exc:
-        # StorageWriteError: the provider's save returned False (the database refused the write).
-        raise HTTPException(503, _UNAVAILABLE) from exc
-    except EmbeddingError as exc:
-        raise HTTPException(503, _EMBEDDINGS_FAILED) from exc
 
 
 class _MemoryRoute(APIRoute):
@@ -332,27 +287,27 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
 
     @router.get("", summary="Get the caller's memory", **document_route)
     def get_memory(owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(get_memory_data(user_id=owner), owner)
 
     @router.post("/reload", summary="Re-read the caller's memory from the database", **document_route)
     def reload_memory(owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(reload_memory_data(user_id=owner), owner)
 
     @router.delete("", summary="Erase the caller's memory", **document_route)
     def clear_memory(owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(clear_memory_data(user_id=owner), owner)
 
     @router.get("/export", summary="Export the caller's memory document", **document_route)
     def export_memory(owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(get_memory_data(user_id=owner), owner)
 
     @router.post("/import", summary="Replace the caller's memory with a document", **document_route)
     def import_memory(document: MemoryImportRequest, owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(import_memory_data(document.model_dump(exclude_none=True), user_id=owner), owner)
 
     @router.get(
@@ -377,7 +332,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
             Query(description="fulltext (words), semantic (meaning) or hybrid (both, rank-fused)"),
         ] = "fulltext",
     ) -> list[Fact]:
-        with _mapped_errors():
+        with mapped_errors(owner):
             found = search_memory_facts(q, category, limit, user_id=owner, mode=mode)
             shown = with_retention(found, user_id=owner)
         return [Fact.model_validate(fact) for fact in shown]
@@ -390,7 +345,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses={**_ERRORS, **_CONFLICT},
     )
     def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(
                 create_memory_fact(request.content, request.category, request.confidence, user_id=owner),
                 owner,
@@ -404,7 +359,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
     )
     def update_fact(fact_id: str, request: FactPatchRequest, owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(
                 update_memory_fact(
                     fact_id,
@@ -424,7 +379,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
     )
     def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return _memory(delete_memory_fact(fact_id, user_id=owner), owner)
 
     @router.get(
@@ -444,7 +399,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses=_ERRORS,
     )
     def memory_status(owner: Owner) -> MemoryStatusResponse:
-        with _mapped_errors():
+        with mapped_errors(owner):
             return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(user_id=owner), owner))
 
     return router

@@ -23,6 +23,7 @@ from openai import APIConnectionError, APIStatusError, APITimeoutError, OpenAI, 
 
 from memstore.config import MemoryConfig
 from memstore.errors import ConfigError, LLMError, LLMUnavailableError
+from memstore.metrics import LLM_CALLS, LLM_SECONDS
 from memstore.update.parser import extract_text
 
 # Local servers (vLLM, Ollama, LM Studio) ignore the key, but the client insists on one.
@@ -82,6 +83,17 @@ class LLMClient:
 
     def complete(self, messages: list[dict[str, str]]) -> str:
         """The assistant's reply as text; structured or empty content is flattened."""
+        started = time.monotonic()
+        outcome = "error"
+        try:
+            reply = self._complete(messages)
+            outcome = "ok"
+            return reply
+        finally:
+            LLM_SECONDS.observe(time.monotonic() - started)
+            LLM_CALLS.labels(outcome).inc()
+
+    def _complete(self, messages: list[dict[str, str]]) -> str:
         options: dict[str, Any] = {}
         if self.json_mode:
             options["response_format"] = {"type": "json_object"}

@@ -36,6 +36,7 @@ from memstore.errors import (
     StorageUnavailableError,
     StorageWriteError,
 )
+from memstore.metrics import EXTRACTIONS
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
@@ -136,6 +137,15 @@ class MemoryUpdater:
         any other error for a failure that retrying will not fix. With a ``lease`` (the durable
         queue's), the save completes the queued row in its own transaction.
         """
+        try:
+            saved = self._process(context, lease)
+        except Exception:
+            EXTRACTIONS.labels("failed").inc()
+            raise
+        EXTRACTIONS.labels("updated" if saved else "skipped").inc()
+        return saved
+
+    def _process(self, context: ConversationContext, lease: QueueLease | None) -> bool:
         config = self.config
         if not config.enabled or not context.messages:
             return False

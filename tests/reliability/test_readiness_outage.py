@@ -1,4 +1,8 @@
-"""``/readyz`` when the database goes down under a running replica: 503, and no secret in the answer."""
+"""A replica whose database goes down: ``/readyz`` and the memory API answer 503, with no secret.
+
+The API's 503 is logged once, at WARNING, with the caller and the cause (the server log
+showed only the access line before).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
+from memstore.config import MemoryConfig, set_memory_config
+from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.health import create_health_router
+from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from tests.support.pg_cluster import PgCluster
 
@@ -17,14 +24,19 @@ pytestmark = pytest.mark.postgres
 
 
 def test_a_database_that_went_down_is_not_ready_and_the_answer_shows_no_secret(
-    cluster: PgCluster, outage_url: str, caplog: pytest.LogCaptureFixture
+    cluster: PgCluster, outage_url: str, caplog: pytest.LogCaptureFixture, isolated_config: MemoryConfig
 ) -> None:
     # The private cluster trusts every login, so the password is there only to be kept secret.
     url = make_url(outage_url).set(password="s3cret-pw").render_as_string(hide_password=False)
     app = FastAPI()
-    app.include_router(create_health_router(SqlMemoryStorage(url)))
+    storage = SqlMemoryStorage(url)
+    app.include_router(create_health_router(storage))
+    app.include_router(create_memory_router(lambda: "alice"))
+    set_memory_config(MemoryConfig(data_dir=isolated_config.data_dir, database_url=url))
+    reset_memory_storage()
     client = TestClient(app)
     assert client.get("/readyz").status_code == 200
+    assert client.get("/api/memory").status_code == 200
     cluster.stop()
     with caplog.at_level(logging.WARNING, logger="memstore.ops.health"):
         answer = client.get("/readyz")
@@ -37,3 +49,13 @@ def test_a_database_that_went_down_is_not_ready_and_the_answer_shows_no_secret(
     assert "s3cret-pw" not in answer.text and "s3cret-pw" not in caplog.text
     assert [record.levelno for record in caplog.records] == [logging.WARNING]
     assert "cannot reach the database at postgresql+psycopg://postgres:***@" in caplog.text
+
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memstore.integrations"):
+        refused = client.get("/api/memory")
+    assert refused.status_code == 503
+    assert refused.json() == {"detail": "Memory storage is unavailable; try again later."}
+    [record] = [r for r in caplog.records if r.name == "memstore.integrations.fastapi_errors"]
+    assert record.levelno == logging.WARNING
+    assert "user alice answered 503" in record.getMessage() and "postgres:***@" in record.getMessage()
+    assert "s3cret-pw" not in caplog.text

@@ -15,6 +15,7 @@ from typing import Any
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory, utc_now_iso_z
+from memstore.metrics import timed_storage
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.file.layout import FILE_NAME, scope_path
 from memstore.storage.file.operations import FileOperations
@@ -50,12 +51,15 @@ class FileMemoryStorage(FileOperations):
             return self._global_path  # ``storage_path`` may rename the legacy global file
         return scope_path(self._base_dir, user, agent)
 
+    @timed_storage("load")
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         return self._read(resolve_scope(agent_name, user_id), use_cache=True)
 
+    @timed_storage("load")
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         return self._read(resolve_scope(agent_name, user_id), use_cache=False)
 
+    @timed_storage("save")
     def save(
         self,
         memory: MemoryDocument,

@@ -112,6 +112,11 @@ class MergePlan:
         if detail is not None:
             self.removal_detail[fact_id] = detail
 
+    @property
+    def evictions(self) -> int:
+        """Facts this plan removes at the cap (``Cap.detail``), not at the caller's request."""
+        return sum(1 for detail in self.removal_detail.values() if detail.get("reason") == "evicted")
+
     def update(self, values: FactValues, position: int, before: dict[str, Any]) -> None:
         self.updates.append((values, position))
         self.fact_before[values.fact_id] = before

@@ -26,7 +26,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, RootTransaction
+from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -34,16 +34,16 @@ from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory
 from memstore.errors import (
     FoldTargetGoneError,
-    LeaseLostError,
     MalformedDocumentError,
     StaleDocumentError,
     StorageUnavailableError,
 )
+from memstore.metrics import FACTS_EVICTED, timed_storage
 from memstore.retention import FactSignals, RetentionPolicy
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
-from memstore.storage.sql import access, maintenance, queries, queue_table
+from memstore.storage.sql import access, maintenance, queries
 from memstore.storage.sql.cache import CacheEntry, entry_after, stamp
 from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
 from memstore.storage.sql.engine import (
@@ -72,6 +72,7 @@ from memstore.storage.sql.write import (
     annotate_deletions,
     apply_plan,
     audit_folds,
+    complete_leased,
     confirm_facts,
     inherit_signals,
     inherited_signals,
@@ -184,6 +185,7 @@ class SqlMemoryStorage(MemoryStorage):
         except DBAPIError as exc:
             raise self._unavailable(exc, "annotate the audit trail") from exc
 
+    @timed_storage("load")
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         scope = resolve_scope(agent_name, user_id)
         with self._lock:
@@ -198,6 +200,7 @@ class SqlMemoryStorage(MemoryStorage):
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
 
+    @timed_storage("load")
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         try:
             return self._read(resolve_scope(agent_name, user_id))
@@ -214,6 +217,7 @@ class SqlMemoryStorage(MemoryStorage):
             raise self._unavailable(exc, doing) from exc
         return False
 
+    @timed_storage("save")
     def save(
         self,
         memory: MemoryDocument,
@@ -396,7 +400,7 @@ class SqlMemoryStorage(MemoryStorage):
                         audit_folds(conn, scope_row.scope_id, scope_row.revision, now, origin, folded)
                     if lease is not None and not created:
                         # Nothing to save, but the conversation is done: settle it right here.
-                        self._complete(transaction, conn, lease, now)
+                        complete_leased(transaction, conn, lease, now)
                     elif not confirmed or created:
                         transaction.rollback()
                     if created:
@@ -410,7 +414,7 @@ class SqlMemoryStorage(MemoryStorage):
                         cached,
                     )
                 if lease is not None:
-                    self._complete(transaction, conn, lease, now)
+                    complete_leased(transaction, conn, lease, now)
                 apply_plan(conn, scope_row.scope_id, plan, now, origin)
                 if folded:  # after the plan: a fold into a fact this save inserts follows its insert
                     audit_folds(conn, scope_row.scope_id, plan.revision, now, origin, folded)
@@ -424,18 +428,8 @@ class SqlMemoryStorage(MemoryStorage):
                         "b_now": now,
                     },
                 )
+        FACTS_EVICTED.inc(plan.evictions)  # committed
         return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
-
-    @staticmethod
-    def _complete(transaction: RootTransaction, conn: Connection, lease: QueueLease, now: datetime) -> None:
-        """Complete the queued row in the save's transaction, or roll it back if the lease is lost."""
-        if not queue_table.complete(conn, lease, now=now):
-            transaction.rollback()
-            raise LeaseLostError(
-                f"queued conversation {lease.row_id} was taken over by another worker; "
-                "its update is theirs to save"
-            )
-        lease.settled = True
 
     def _describe(self, exc: Exception) -> str:
         """The driver's message (not the SQL and its parameters), with any password scrubbed."""

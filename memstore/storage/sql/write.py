@@ -9,16 +9,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert
+from sqlalchemy import Connection, RootTransaction, insert
 
 from memstore.document import as_utc, new_fact_id
+from memstore.errors import LeaseLostError
 from memstore.retention import FactSignals
 from memstore.scope import Scope
-from memstore.storage.sql import access, maintenance
+from memstore.storage.sql import access, maintenance, queue_table
 from memstore.storage.sql.cache import AnyRow, CacheEntry, incarnation, stamp_of
 from memstore.storage.sql.codec import FactValues, IncomingDocument, SectionValues, json_object
 from memstore.storage.sql.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
 from memstore.storage.sql.models import sections_table
+from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.sql.snapshot import plan_from_snapshot
 from memstore.storage.sql.statements import (
     ANNOTATE_DELETION,
@@ -128,6 +130,17 @@ def plan_save(
         cap=cap,
         new_id=new_fact_id,
     )
+
+
+def complete_leased(transaction: RootTransaction, conn: Connection, lease: QueueLease, now: datetime) -> None:
+    """Complete the queued row in the save's transaction, or roll it back if the lease is lost."""
+    if not queue_table.complete(conn, lease, now=now):
+        transaction.rollback()
+        raise LeaseLostError(
+            f"queued conversation {lease.row_id} was taken over by another worker; "
+            "its update is theirs to save"
+        )
+    lease.settled = True
 
 
 def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, origin: str) -> None:
