@@ -21,7 +21,14 @@ import memstore
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "core",
-        ("memstore.errors", "memstore.document", "memstore.scope", "memstore.config", "memstore.retention"),
+        (
+            "memstore.errors",
+            "memstore.document",
+            "memstore.scope",
+            "memstore.config",
+            "memstore.retention",
+            "memstore.metrics",
+        ),
     ),
     ("embedding", ("memstore.embedding",)),
     ("storage", ("memstore.storage",)),
