@@ -11,8 +11,9 @@ Stand-alone there is no gateway in front, so the app itself refuses what a gatew
   (400): a proxy that appends its header instead of replacing the client's would otherwise let
   the client's copy through.
 
-``/docs``, ``/openapi.json``, ``/healthz``, ``/readyz`` and ``/metrics`` need no identity: they
-hold no memory.
+``/docs``, ``/redoc``, ``/openapi.json``, ``/healthz``, ``/readyz`` and ``/metrics`` need no
+identity: they hold no memory. The documentation pages load Swagger UI and ReDoc from the
+installed package (``fastapi-offline``), never from a CDN, so they work on an air-gapped host.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from fastapi import FastAPI, Header, HTTPException, Request
+from fastapi_offline import FastAPIOffline
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -65,7 +67,8 @@ def fixed_user(user_id: str) -> Callable[[], str]:
 
 
 def create_app(identity: Callable[..., str], *, allowed_hosts: Sequence[str], max_body_bytes: int) -> FastAPI:
-    app = FastAPI(title="memstore", summary="Long-term memory API")
+    # /docs and /redoc from assets in the wheel (fastapi-offline), not a CDN: air-gapped installs.
+    app = FastAPIOffline(title="memstore", summary="Long-term memory API")
     app.include_router(create_memory_router(identity))
     app.include_router(create_health_router())
     app.include_router(create_metrics_router())

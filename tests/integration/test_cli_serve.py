@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -87,9 +88,23 @@ def test_serves_one_fixed_user(tmp_path: Path) -> None:
         assert created.status_code == 200, created.text
         memory = httpx.get(f"{server.base}/api/memory").json()
         assert [f["content"] for f in memory["facts"]] == ["Served over HTTP"]
+        _check_offline_docs(server.base)
     assert f"serving {server.base}/api/memory" in server.stdout
     assert "every request acts as user 'alice'" in server.stdout
     assert stored_facts(data_dir, "alice") == ["Served over HTTP"]
+
+
+def _check_offline_docs(base: str) -> None:
+    """/docs and /redoc name no CDN, and the assets they do name are served by memstore itself."""
+    for page in ("/docs", "/redoc"):
+        html = httpx.get(f"{base}{page}")
+        assert html.status_code == 200, page
+        assert "cdn.jsdelivr.net" not in html.text and "fonts.googleapis.com" not in html.text, page
+        assets = re.findall(r'(?:src|href)="(/static-offline-docs/[^"]+)"', html.text)
+        assert assets, page
+        for asset in assets:
+            served = httpx.get(f"{base}{asset}")
+            assert served.status_code == 200 and len(served.content) > 1000, asset
 
 
 def test_trusted_header_identity(tmp_path: Path) -> None:
