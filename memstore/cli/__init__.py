@@ -67,6 +67,7 @@ def _register() -> None:
     """Attach each command module; imported here so ``memstore --help`` lists them all."""
     from memstore.cli.db import db
     from memstore.cli.demo import demo
+    from memstore.cli.doctor import doctor
     from memstore.cli.embed import embed
     from memstore.cli.facts import facts
     from memstore.cli.history import history
@@ -80,6 +81,7 @@ def _register() -> None:
 
     main.add_command(db)
     main.add_command(demo)
+    main.add_command(doctor)
     main.add_command(embed)
     main.add_command(erase)
     main.add_command(export_command)

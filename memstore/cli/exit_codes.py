@@ -10,3 +10,5 @@ EXIT_NOTHING_MATCHED = 4
 """``show`` or ``erase`` found nothing stored for the user (or scope): usually a mistyped id."""
 EXIT_CANNOT_LISTEN = 5
 """``serve`` could not listen on the address and port (in use, not permitted, no such address)."""
+EXIT_DOCTOR_FAILED = 6
+"""``doctor`` found a part of the setup that cannot work (a line marked ``fail``)."""

@@ -1,0 +1,132 @@
+"""``memstore doctor``: is this setup able to work? One finding per part, each with a verdict.
+
+The parts, in the order a failure would explain the next: the database URL, the database and its
+schema, the durable queue, the LLM endpoint, the embeddings endpoint and the token encoding.
+Nothing is written and no completion is bought: an endpoint is probed with ``GET /models``, and
+any HTTP answer but 401/403 counts as reachable (not every compatible server lists models).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from sqlalchemy.exc import DBAPIError
+
+from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, get_memory_config
+from memstore.errors import ConfigError, MigrationError, StorageUnavailableError
+from memstore.inject.tokens import ENCODING_NAME
+from memstore.storage.sql import migrate
+from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url, normalize_url
+from memstore.storage.sql.queue_admin import queue_status
+from memstore.update.extractor import resolve_extractor
+
+Verdict = Literal["ok", "warn", "fail", "skip"]
+PROBE_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class Finding:
+    part: str
+    verdict: Verdict
+    detail: str
+
+
+def diagnose(config: MemoryConfig | None = None) -> list[Finding]:
+    config = config or get_memory_config()
+    return [*_database(config), _llm(config), _embeddings(config), _tokens(config)]
+
+
+def _database(config: MemoryConfig) -> list[Finding]:
+    if config.storage_class != SQL_STORAGE_CLASS:
+        return [Finding("database", "skip", f"storage_class is {config.storage_class}: no database")]
+    url = database_url_from_config(config)
+    try:
+        normalize_url(url)
+    except ConfigError as exc:
+        return [Finding("database", "fail", str(exc))]
+    shown = mask_url(url)
+    try:
+        found = migrate.current(url)
+    except (DBAPIError, MigrationError) as exc:
+        cause = str(getattr(exc, "orig", exc)).strip().splitlines() or [type(exc).__name__]
+        return [Finding("database", "fail", f"cannot reach {shown}: {cause[0]}")]
+    head = migrate.head()
+    findings = [Finding("database", "ok", f"reachable: {shown}")]
+    if found != head:
+        at = f"at {found or '<base> (empty)'}, head is {head}"
+        if found is not None and found not in {script.revision for script in migrate.history()}:
+            findings.append(Finding("schema", "fail", f"{at}: written by a newer memstore; upgrade memstore"))
+        elif url.startswith("sqlite") or config.auto_migrate:
+            findings.append(Finding("schema", "ok", f"{at}: migrated when memstore first opens it"))
+        else:
+            findings.append(Finding("schema", "fail", f"{at}: run `memstore db upgrade`"))
+        return findings
+    findings.append(Finding("schema", "ok", f"at head {head}"))
+    if config.queue_backend in (None, "database"):
+        findings.append(_queue(url, config))
+    return findings
+
+
+def _queue(url: str, config: MemoryConfig) -> Finding:
+    try:
+        with get_engine(url).connect() as conn:
+            status = queue_status(conn, datetime.now(UTC))
+    except (DBAPIError, StorageUnavailableError) as exc:
+        return Finding("queue", "fail", f"cannot read the queue: {exc}")
+    lag = status.oldest_pending_seconds
+    detail = f"{status.pending} pending, {status.leased} leased, {status.dead} dead"
+    if lag is not None:
+        detail += f", oldest waiting {lag:.0f} s"
+    if status.dead or (lag is not None and lag > config.ready_max_queue_lag_seconds):
+        return Finding("queue", "warn", detail + " (memstore queue status)")
+    return Finding("queue", "ok", detail)
+
+
+def _llm(config: MemoryConfig) -> Finding:
+    if resolve_extractor(config) == "rules":
+        return Finding("llm", "skip", "no endpoint configured: updates use the offline rules extractor")
+    key = config.llm_api_key.get_secret_value() if config.llm_api_key else None
+    return _probe("llm", config.llm_base_url or "https://api.openai.com/v1", key, config.model_name)
+
+
+def _embeddings(config: MemoryConfig) -> Finding:
+    if config.embedding_provider == "none":
+        return Finding("embeddings", "skip", "embedding_provider is none: ranking by confidence")
+    if config.embedding_provider == "local":
+        return Finding("embeddings", "ok", "the bundled local model (no endpoint)")
+    base = config.embedding_base_url or config.llm_base_url or "https://api.openai.com/v1"
+    secret = config.embedding_api_key or config.llm_api_key
+    return _probe("embeddings", base, secret.get_secret_value() if secret else None, config.embedding_model)
+
+
+def _probe(part: str, base_url: str, api_key: str | None, model: str | None) -> Finding:
+    request = urllib.request.Request(base_url.rstrip("/") + "/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    where = f"{base_url} (model {model or 'default'})"
+    try:
+        with urllib.request.urlopen(request, timeout=PROBE_TIMEOUT_SECONDS):
+            return Finding(part, "ok", f"reachable: {where}")
+    except urllib.error.HTTPError as exc:
+        if exc.code in (401, 403):
+            return Finding(part, "fail", f"{where} refused the API key (HTTP {exc.code})")
+        return Finding(part, "ok", f"reachable: {where} (GET /models answered HTTP {exc.code})")
+    except (urllib.error.URLError, TimeoutError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return Finding(part, "fail", f"cannot reach {where}: {reason}")
+
+
+def _tokens(config: MemoryConfig) -> Finding:
+    if config.token_counting == "char":
+        return Finding("tokens", "skip", "token_counting is char: an estimate, no encoding")
+    try:
+        import tiktoken
+
+        tiktoken.get_encoding(ENCODING_NAME).encode_ordinary("memstore")
+    except Exception as exc:  # any failure to load is the finding
+        return Finding("tokens", "fail", f"{ENCODING_NAME} does not load: {exc}")
+    return Finding("tokens", "ok", f"{ENCODING_NAME} loads offline")
