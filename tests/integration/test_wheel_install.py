@@ -6,6 +6,8 @@ beside the code, only the revision scripts shipped inside the package.
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -96,3 +98,20 @@ def test_history_and_offline_sql(installed: Path, tmp_path: Path) -> None:
     for dialect in migrate.DIALECTS:
         rendered = run(installed, tmp_path, "memstore", "db", "sql", "--dialect", dialect)
         assert rendered.stdout == migrate.render_sql(dialect)
+
+
+def test_version_and_doctor_run_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+    version = run(installed, tmp_path, "memstore", "--version").stdout
+    assert version == f"memstore {importlib.metadata.version('memstore')}\n"
+    database = tmp_path / "memory.db"
+    run(installed, tmp_path, "memstore", "db", "upgrade", url=f"sqlite:///{database}")
+    doctor = run(installed, tmp_path, "memstore", "doctor", "--json", url=f"sqlite:///{database}")
+    verdicts = {finding["part"]: finding["verdict"] for finding in json.loads(doctor.stdout)}
+    assert verdicts == {
+        "database": "ok",
+        "schema": "ok",
+        "queue": "ok",
+        "llm": "skip",
+        "embeddings": "skip",
+        "tokens": "ok",
+    }
