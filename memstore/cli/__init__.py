@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, NoReturn
 
 import click
 from sqlalchemy.exc import DBAPIError
 
 from memstore import __name__ as _package
+from memstore.config import CONFIG_PATH_ENV, set_memory_config
 from memstore.errors import MemstoreError
 
 
@@ -45,6 +47,23 @@ def _set_verbose(ctx: click.Context, _param: click.Parameter, verbose: bool) -> 
         logging.getLogger(_package).setLevel(logging.INFO)
 
 
+def _use_config(_ctx: click.Context, _param: click.Parameter, path: str | None) -> None:
+    """Point the settings at ``path``; they load when a command first needs them, so a bad file is
+    reported like any other memstore error (one line, exit 1)."""
+    if path is not None:
+        os.environ[CONFIG_PATH_ENV] = path
+        set_memory_config(None)
+
+
+CONFIG = click.Option(
+    ["--config"],
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="PATH",
+    expose_value=False,
+    is_eager=True,
+    callback=_use_config,
+    help="YAML settings file (instead of $MEMSTORE_CONFIG); MEMSTORE_* variables still win.",
+)
 # One option object shared by the group and every subcommand, so -v works before or after them.
 VERBOSE = click.Option(
     ["-v", "--verbose"],
@@ -95,14 +114,15 @@ def _register() -> None:
     main.add_command(stats)
     main.add_command(vacuum)
     main.add_command(worker)
-    _add_verbose(main)
+    _add_common_options(main)
 
 
-def _add_verbose(command: click.Command) -> None:
-    command.params.append(VERBOSE)
+def _add_common_options(command: click.Command) -> None:
+    """``--config`` and ``-v`` on the group and on every subcommand: before or after, both work."""
+    command.params.extend((CONFIG, VERBOSE))
     if isinstance(command, click.Group):
         for sub in command.commands.values():
-            _add_verbose(sub)
+            _add_common_options(sub)
 
 
 _register()

@@ -175,3 +175,27 @@ def test_version_is_the_installed_distributions() -> None:
     result = subprocess.run([executable, "--version"], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"memstore {importlib.metadata.version('memstore')}\n"
+
+
+def test_config_names_the_settings_file_before_or_after_the_subcommand(tmp_path: Path) -> None:
+    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env["MEMSTORE_DATA_DIR"] = str(tmp_path / "data")  # where the database would go without the file
+
+    def memstore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([executable, *args], capture_output=True, text=True, env=env, check=False)
+
+    database = tmp_path / "from-file.db"
+    settings = tmp_path / "memstore.yaml"
+    settings.write_text(f"memory:\n  database_url: sqlite:///{database}\n", encoding="utf-8")
+    assert memstore("db", "upgrade", "--config", str(settings)).returncode == 0
+    assert database.exists() and not (tmp_path / "data").exists()
+    shown = memstore("--config", str(settings), "stats")
+    assert shown.returncode == 0 and f"sqlite:///{database}" in shown.stdout
+    missing = memstore("stats", "--config", str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    settings.write_text("memory:\n  max_facts: lots\n", encoding="utf-8")
+    bad = memstore("stats", "--config", str(settings))
+    assert bad.returncode == 1 and bad.stderr.startswith("Error: invalid memory config: max_facts")
+    assert len(bad.stderr.splitlines()) == 1
