@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import math
 import os
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,8 +25,21 @@ from pydantic import (
 
 from memstore.errors import ConfigError
 
+logger = logging.getLogger(__name__)
+
 ENV_PREFIX = "MEMSTORE_"
 CONFIG_PATH_ENV = "MEMSTORE_CONFIG"
+OTHER_ENV = frozenset(
+    {
+        CONFIG_PATH_ENV,
+        "MEMSTORE_TEST_PG_URL",
+        "MEMSTORE_BENCH_PG_URL",
+        "MEMSTORE_RELIABILITY_REPORT",
+        "MEMSTORE_DB_PASSWORD",
+    }
+)
+"""``MEMSTORE_*`` names that are no setting but are read elsewhere: the settings file, the test and
+benchmark servers, the reliability report, compose.yaml's database password."""
 SQL_STORAGE_CLASS = "memstore.storage.sql.SqlMemoryStorage"
 FILE_STORAGE_CLASS = "memstore.storage.file.FileMemoryStorage"
 
@@ -242,8 +258,29 @@ def build_memory_config(values: dict[str, Any], *, origin: str = "memory config"
         raise ConfigError(f"invalid {origin}: {problems}") from exc
 
 
+def unknown_env_settings(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """A message per ``MEMSTORE_*`` variable that names no setting, with the closest one if any.
+
+    A typo such as ``MEMSTORE_DATABASE_URI`` was silently ignored, and memstore fell back to
+    SQLite in ``./.memstore``.
+    """
+    settings = sorted(ENV_PREFIX + field.upper() for field in MemoryConfig.model_fields)
+    messages = []
+    for name in sorted(environ):
+        if name.startswith(ENV_PREFIX) and name not in settings and name not in OTHER_ENV:
+            close = difflib.get_close_matches(name, settings, n=1, cutoff=0.8)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            messages.append(f"{name} is not a memstore setting and is ignored{hint}")
+    return messages
+
+
 def load_memory_config(path: str | os.PathLike[str] | None = None) -> MemoryConfig:
-    """Read the YAML file (argument, else ``$MEMSTORE_CONFIG``), then let ``MEMSTORE_<FIELD>`` win."""
+    """Read the YAML file (argument, else ``$MEMSTORE_CONFIG``), then let ``MEMSTORE_<FIELD>`` win.
+
+    A ``MEMSTORE_*`` variable that names no setting is logged at WARNING as a likely typo.
+    """
+    for message in unknown_env_settings():
+        logger.warning("%s", message)
     values: dict[str, Any] = {}
     config_path = path if path is not None else os.environ.get(CONFIG_PATH_ENV)
     if config_path:

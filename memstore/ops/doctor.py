@@ -16,7 +16,7 @@ from typing import Literal
 
 from sqlalchemy.exc import DBAPIError
 
-from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, get_memory_config
+from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, get_memory_config, unknown_env_settings
 from memstore.errors import ConfigError, MigrationError, StorageUnavailableError
 from memstore.inject.tokens import ENCODING_NAME
 from memstore.storage.sql import migrate
@@ -37,7 +37,14 @@ class Finding:
 
 def diagnose(config: MemoryConfig | None = None) -> list[Finding]:
     config = config or get_memory_config()
-    return [*_database(config), _llm(config), _embeddings(config), _tokens(config)]
+    return [_settings(), *_database(config), _llm(config), _embeddings(config), _tokens(config)]
+
+
+def _settings() -> Finding:
+    typos = unknown_env_settings()
+    if typos:
+        return Finding("settings", "warn", "; ".join(typos))
+    return Finding("settings", "ok", "every MEMSTORE_* variable names a setting")
 
 
 def _database(config: MemoryConfig) -> list[Finding]:

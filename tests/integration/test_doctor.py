@@ -39,12 +39,13 @@ def test_a_good_setup_passes_every_check(cli: Cli, openai_server: OpenAIStubServ
     _with_llm(cli, openai_server.base_url)
     code, found = _findings(cli)
     assert code == 0
+    assert found["settings"] == ("ok", "every MEMSTORE_* variable names a setting")
     assert found["database"][0] == "ok" and found["schema"] == ("ok", f"at head {migrate.head()}")
     assert found["queue"] == ("ok", "0 pending, 0 leased, 0 dead")
     assert found["llm"][0] == "ok" and openai_server.base_url in found["llm"][1]
     assert found["embeddings"][0] == "skip" and found["tokens"][0] == "ok"
     text = cli("doctor")
-    assert text.returncode == 0 and text.stdout.splitlines()[0].startswith("ok    database")
+    assert text.returncode == 0 and text.stdout.splitlines()[1].startswith("ok    database")
 
 
 def test_a_bad_database_url_fails_without_showing_the_password(cli: Cli) -> None:
@@ -82,3 +83,15 @@ def test_an_unreachable_llm_endpoint_fails(cli: Cli) -> None:
         verdict == "fail" and detail.startswith("cannot reach http://127.0.0.1:") and "test-model" in detail
     )
     assert found["database"][0] == "ok"
+
+
+def test_a_misspelt_setting_is_a_warning_with_the_likely_name(cli: Cli) -> None:
+    assert cli("db", "upgrade").returncode == 0
+    cli.env["MEMSTORE_DATABASE_URI"] = "postgresql://db/memstore"
+    result = cli("doctor")
+    assert result.returncode == 0  # a warning, not a failure: the setting is ignored
+    assert result.stdout.splitlines()[0] == (
+        "warn  settings    MEMSTORE_DATABASE_URI is not a memstore setting and is ignored; "
+        "did you mean MEMSTORE_DATABASE_URL?"
+    )
+    assert "did you mean MEMSTORE_DATABASE_URL?" in result.stderr  # logged when the settings load

@@ -108,6 +108,7 @@ def test_version_and_doctor_run_from_the_installed_wheel(installed: Path, tmp_pa
     doctor = run(installed, tmp_path, "memstore", "doctor", "--json", url=f"sqlite:///{database}")
     verdicts = {finding["part"]: finding["verdict"] for finding in json.loads(doctor.stdout)}
     assert verdicts == {
+        "settings": "ok",
         "database": "ok",
         "schema": "ok",
         "queue": "ok",

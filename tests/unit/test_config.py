@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -102,3 +103,18 @@ def test_process_wide_config_can_be_replaced() -> None:
     replacement = MemoryConfig(max_facts=42)
     set_memory_config(replacement)
     assert get_memory_config() is replacement
+
+
+def test_a_misspelt_variable_is_reported_with_the_setting_it_resembles(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("MEMSTORE_DATABASE_URI", "postgresql://db/memstore")
+    monkeypatch.setenv("MEMSTORE_WHATEVER", "1")
+    monkeypatch.setenv("MEMSTORE_TEST_PG_URL", "postgresql://elsewhere")  # read by the tests, not a typo
+    with caplog.at_level(logging.WARNING, logger="memstore.config"):
+        config = load_memory_config()
+    assert config.database_url is None  # ignored, as before, but no longer silently
+    assert [record.getMessage() for record in caplog.records] == [
+        "MEMSTORE_DATABASE_URI is not a memstore setting and is ignored; did you mean MEMSTORE_DATABASE_URL?",
+        "MEMSTORE_WHATEVER is not a memstore setting and is ignored",
+    ]
