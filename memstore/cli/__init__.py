@@ -84,6 +84,7 @@ def main() -> None:
 
 def _register() -> None:
     """Attach each command module; imported here so ``memstore --help`` lists them all."""
+    from memstore.cli.config_show import config
     from memstore.cli.db import db
     from memstore.cli.demo import demo
     from memstore.cli.doctor import doctor
@@ -98,6 +99,7 @@ def _register() -> None:
     from memstore.cli.stats import stats
     from memstore.cli.transfer import export_command, import_command
 
+    main.add_command(config)
     main.add_command(db)
     main.add_command(demo)
     main.add_command(doctor)

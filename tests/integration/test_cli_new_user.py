@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN, EXIT_NOTHING_MATCHED
-from memstore.config import FILE_STORAGE_CLASS
+from memstore.config import FILE_STORAGE_CLASS, MemoryConfig
 from tests.integration.conftest import Cli
 
 
@@ -199,3 +199,45 @@ def test_config_names_the_settings_file_before_or_after_the_subcommand(tmp_path:
     bad = memstore("stats", "--config", str(settings))
     assert bad.returncode == 1 and bad.stderr.startswith("Error: invalid memory config: max_facts")
     assert len(bad.stderr.splitlines()) == 1
+
+
+def test_config_show_names_each_setting_s_source_and_masks_secrets(tmp_path: Path) -> None:
+    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    settings = tmp_path / "memstore.yaml"
+    settings.write_text(
+        "memory:\n  max_facts: 50\n  database_url: postgresql://memstore:db-s3cret@db/memstore\n",
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_") and k != "OPENAI_API_KEY"}
+    env |= {"MEMSTORE_DEBOUNCE_SECONDS": "10", "OPENAI_API_KEY": "sk-key-s3cret"}
+    result = subprocess.run(
+        [executable, "config", "show", "--json", "--config", str(settings)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout)
+    assert list(shown) == list(MemoryConfig.model_fields)
+    assert shown["max_facts"] == {"value": 50, "source": f"file ({settings})"}
+    assert shown["database_url"] == {
+        "value": "postgresql://memstore:***@db/memstore",
+        "source": f"file ({settings})",
+    }
+    assert shown["debounce_seconds"]["source"] == "environment (MEMSTORE_DEBOUNCE_SECONDS)"
+    assert shown["llm_api_key"] == {"value": "***", "source": "environment (OPENAI_API_KEY)"}
+    assert shown["mode"] == {"value": "middleware", "source": "default"}
+    assert "s3cret" not in result.stdout
+    table = subprocess.run(
+        [executable, "config", "show", "--config", str(settings)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert (
+        table.stdout.splitlines()[0].split() == ["SETTING", "VALUE", "SOURCE"]
+        and "s3cret" not in table.stdout
+    )

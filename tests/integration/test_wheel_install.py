@@ -100,9 +100,11 @@ def test_history_and_offline_sql(installed: Path, tmp_path: Path) -> None:
         assert rendered.stdout == migrate.render_sql(dialect)
 
 
-def test_version_and_doctor_run_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+def test_version_config_show_and_doctor_run_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
     version = run(installed, tmp_path, "memstore", "--version").stdout
     assert version == f"memstore {importlib.metadata.version('memstore')}\n"
+    shown = json.loads(run(installed, tmp_path, "memstore", "config", "show", "--json").stdout)
+    assert shown["max_facts"] == {"value": 100, "source": "default"}
     database = tmp_path / "memory.db"
     run(installed, tmp_path, "memstore", "db", "upgrade", url=f"sqlite:///{database}")
     doctor = run(installed, tmp_path, "memstore", "doctor", "--json", url=f"sqlite:///{database}")
