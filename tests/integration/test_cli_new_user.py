@@ -241,3 +241,25 @@ def test_config_show_names_each_setting_s_source_and_masks_secrets(tmp_path: Pat
         table.stdout.splitlines()[0].split() == ["SETTING", "VALUE", "SOURCE"]
         and "s3cret" not in table.stdout
     )
+
+
+def test_shell_completion_works_as_documented() -> None:
+    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    script = subprocess.run(
+        [executable],
+        env={**env, "_MEMSTORE_COMPLETE": "bash_source"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert "_memstore_completion" in script.stdout
+    completed = subprocess.run(
+        [executable],
+        env={**env, "_MEMSTORE_COMPLETE": "bash_complete", "COMP_WORDS": "memstore fa", "COMP_CWORD": "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert completed.stdout.split() == ["plain,facts"]
