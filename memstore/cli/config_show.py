@@ -26,8 +26,8 @@ def _file_keys() -> tuple[str | None, set[str]]:
     if not path:
         return None, set()
     # get_memory_config() has already read and validated this file; only its keys are wanted here.
-    loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    section = loaded.get("memory") or {} if isinstance(loaded, dict) else {}
+    loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    section = loaded.get("memory") if isinstance(loaded, dict) else None
     return path, set(section) if isinstance(section, dict) else set()
 
 
