@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, get_memory_config, unknown_env_settings
 from memstore.errors import ConfigError, MigrationError, StorageUnavailableError
 from memstore.inject.tokens import ENCODING_NAME
+from memstore.ops.health import first_line
 from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url, normalize_url
 from memstore.storage.sql.queue_admin import queue_status
@@ -59,8 +60,7 @@ def _database(config: MemoryConfig) -> list[Finding]:
     try:
         found = migrate.current(url)
     except (DBAPIError, MigrationError) as exc:
-        cause = str(getattr(exc, "orig", exc)).strip().splitlines() or [type(exc).__name__]
-        return [Finding("database", "fail", f"cannot reach {shown}: {cause[0]}")]
+        return [Finding("database", "fail", f"cannot reach {shown}: {first_line(exc)}")]
     head = migrate.head()
     findings = [Finding("database", "ok", f"reachable: {shown}")]
     if found != head:

@@ -49,7 +49,7 @@ def readiness(storage: MemoryStorage | None = None) -> Readiness:
     try:
         found = migrate.current_of(storage.engine)
     except DBAPIError as exc:
-        logger.warning("readiness: cannot reach the database at %s: %s", storage.url, _first_line(exc.orig))
+        logger.warning("readiness: cannot reach the database at %s: %s", storage.url, first_line(exc))
         return Readiness((Check("database", False, "unreachable"),))
     target = migrate.head()
     checks = [
@@ -68,7 +68,7 @@ def _queue_check(storage: SqlMemoryStorage) -> Check:
     try:
         lag = queue_status(storage).oldest_pending_seconds
     except (StorageUnavailableError, MigrationError) as exc:
-        logger.warning("readiness: cannot read the queue at %s: %s", storage.url, _first_line(exc))
+        logger.warning("readiness: cannot read the queue at %s: %s", storage.url, first_line(exc))
         return Check("queue", False, "unreadable")
     if lag is None:
         return Check("queue", True, "nothing waiting")
@@ -78,5 +78,7 @@ def _queue_check(storage: SqlMemoryStorage) -> Check:
     return Check("queue", lag <= limit, detail)
 
 
-def _first_line(error: object) -> str:
-    return (str(error).strip().splitlines() or [""])[0]
+def first_line(error: BaseException) -> str:
+    """The first line of the driver's message (memstore's, for its own errors), without the SQL."""
+    cause = error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
+    return (str(cause).strip().splitlines() or [type(cause).__name__])[0]
