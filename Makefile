@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,langchain,server,bench,local-embeddings]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,langchain,server,mcp,bench,local-embeddings]'
 	touch $(STAMP)
 
 # The demo needs only the base package: no dev tools, no optional integrations.

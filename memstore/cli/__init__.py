@@ -93,6 +93,7 @@ def _register() -> None:
     from memstore.cli.history import history
     from memstore.cli.lifecycle import lifecycle
     from memstore.cli.maintenance import erase, vacuum
+    from memstore.cli.mcp import mcp
     from memstore.cli.queue import queue, worker
     from memstore.cli.serve import serve
     from memstore.cli.show import show
@@ -110,6 +111,7 @@ def _register() -> None:
     main.add_command(history)
     main.add_command(import_command)
     main.add_command(lifecycle)
+    main.add_command(mcp)
     main.add_command(queue)
     main.add_command(serve)
     main.add_command(show)

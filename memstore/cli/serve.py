@@ -8,11 +8,9 @@ own (foreign Host names, oversized bodies, repeated identity headers) is in ``se
 
 from __future__ import annotations
 
-import socket
-
 import click
 
-from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN
+from memstore.cli.listening import ALLOWED_HOST, allowed_hosts_or_fail, listen
 from memstore.document import MAX_DOCUMENT_BYTES
 from memstore.scope import validate_user_id
 from memstore.storage.loader import get_memory_storage
@@ -31,13 +29,7 @@ from memstore.storage.loader import get_memory_storage
     help="Take the user from this request header (external ids pass through make_safe_user_id). "
     "Only behind a reverse proxy that authenticates callers and replaces any copy a client sent.",
 )
-@click.option(
-    "--allowed-host",
-    "allowed_hosts",
-    multiple=True,
-    help="A Host name requests may carry (repeatable; IPv6 in brackets; '*' accepts any). "
-    "Default: the --host address, plus localhost, 127.0.0.1 and [::1] for a loopback address.",
-)
+@ALLOWED_HOST
 def serve(
     host: str, port: int, user_id: str | None, user_header: str | None, allowed_hosts: tuple[str, ...]
 ) -> None:
@@ -50,18 +42,13 @@ def serve(
     try:
         import uvicorn
 
-        from memstore.cli.serve_app import create_app, default_allowed_hosts, fixed_user, header_user
+        from memstore.cli.serve_app import create_app, fixed_user, header_user
     except ImportError as exc:
         raise click.ClickException(
             f"memstore serve needs FastAPI and uvicorn: pip install 'memstore[server]' ({exc})"
         ) from exc
 
-    hosts = list(allowed_hosts) or default_allowed_hosts(host)
-    if hosts is None:
-        raise click.UsageError(
-            f"--host {host!r} listens on every address: name the Host headers to accept with "
-            "--allowed-host NAME (repeatable), or --allowed-host '*' to accept any"
-        )
+    hosts = allowed_hosts_or_fail(host, allowed_hosts)
     if user_id is not None:
         validate_user_id(user_id)
         identity = fixed_user(user_id)
@@ -74,27 +61,9 @@ def serve(
         )
     get_memory_storage()  # fail now, with one line, on a bad database or storage setting
     app = create_app(identity, allowed_hosts=hosts, max_body_bytes=MAX_DOCUMENT_BYTES)
-    listener = _listen(host, port)  # before saying "serving": a busy port is reported once, here
+    listener = listen(host, port)  # before saying "serving": a busy port is reported once, here
     click.echo(
         f"memstore: serving http://{host}:{port}/api/memory (OpenAPI docs at /docs); {who}; "
         f"accepting Host {', '.join(hosts)}"
     )
     uvicorn.Server(uvicorn.Config(app, host=host, port=port)).run(sockets=[listener])
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host:port``; exit 5 with one line when the address cannot be had."""
-    try:
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
-        listener = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as exc:
-        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise SystemExit(EXIT_CANNOT_LISTEN) from exc
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-    except OSError as exc:
-        listener.close()
-        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
-        raise SystemExit(EXIT_CANNOT_LISTEN) from exc
-    return listener

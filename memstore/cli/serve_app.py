@@ -2,9 +2,7 @@
 
 Stand-alone there is no gateway in front, so the app itself refuses what a gateway would:
 
-- a ``Host`` header it was not told to serve (400). A page on another site can point its own
-  name at 127.0.0.1 (DNS rebinding) and then talk to the server as a same-origin page, headers
-  included; its requests still carry that site's name as ``Host``.
+- a ``Host`` header it was not told to serve (400): DNS rebinding, see ``cli/listening.py``.
 - a request body over ``max_body_bytes`` (413), checked against ``Content-Length`` before
   reading and against the bytes actually received for chunked bodies.
 - with a trusted identity header, a request without it (401) or with more than one copy of it
@@ -28,35 +26,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.health import create_health_router
+from memstore.integrations.identity import IdentityHeaderError, user_from_header
 from memstore.integrations.metrics import create_metrics_router
-from memstore.scope import make_safe_user_id
-
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
-ANY_ADDRESS = ("0.0.0.0", "::", "")
-
-
-def default_allowed_hosts(bind_host: str) -> list[str] | None:
-    """The Host names to accept when none are given; ``None`` for a wildcard bind (no safe default)."""
-    if bind_host in ANY_ADDRESS:
-        return None
-    name = f"[{bind_host}]" if ":" in bind_host else bind_host
-    if name in LOOPBACK_HOSTS or bind_host.startswith("127."):
-        return sorted({name, *LOOPBACK_HOSTS})
-    return [name]
 
 
 def header_user(name: str) -> Callable[..., str]:
-    """The caller is the one value of header ``name``, passed through ``make_safe_user_id``."""
+    """The caller is the one value of header ``name`` (``integrations.identity.user_from_header``)."""
 
-    def user_from_header(request: Request, raw: str = Header(default="", alias=name)) -> str:
-        copies = request.headers.getlist(name)
-        if len(copies) > 1:
-            raise HTTPException(400, f"{name} header sent {len(copies)} times; expected exactly one")
-        if not raw.strip():
-            raise HTTPException(401, f"missing {name} header")
-        return make_safe_user_id(raw.strip())
+    # The Header parameter only documents the header in /docs; the check reads every copy.
+    def user_from_request(request: Request, _documented: str = Header(default="", alias=name)) -> str:
+        try:
+            return user_from_header(name, request.headers.getlist(name))
+        except IdentityHeaderError as exc:
+            raise HTTPException(exc.status_code, exc.detail) from exc
 
-    return user_from_header
+    return user_from_request
 
 
 def fixed_user(user_id: str) -> Callable[[], str]:

@@ -70,24 +70,33 @@ class MemoryMiddleware:
         """The ``<memory>`` block to put in the prompt, or ``""`` when there is nothing to inject.
 
         With a ``query`` (the latest user message) and embeddings configured, facts are ranked by
-        relevance to it (``inject.relevance``); otherwise by confidence.
+        relevance to it (``inject.relevance``); otherwise by confidence. A failure is logged and
+        gives ``""``: a turn without memory, never a broken request.
         """
-        config = self._current_config()
-        if not config.enabled or not config.injection_enabled:
-            return ""
-        timeout = config.memory_context_timeout_seconds
         try:
-            # The user is resolved here: the pool thread does not see the request's ContextVar.
-            future = _CONTEXT_EXECUTOR.submit(self._render, config, user_id or get_effective_user_id(), query)
-            return future.result(timeout=timeout)
-        except FutureTimeoutError:
-            future.cancel()
-            logger.warning("memory context took longer than %.1f s; continuing without memory", timeout)
+            return self.read_memory_context(user_id=user_id, query=query)
         except StorageUnavailableError as exc:
             logger.warning("memory store unavailable; continuing without memory: %s", exc)
         except Exception:
             logger.exception("could not build the memory context; continuing without memory")
         return ""
+
+    def read_memory_context(self, *, user_id: str | None = None, query: str | None = None) -> str:
+        """``memory_context`` for a caller that asked for it explicitly, so failures raise.
+
+        A read slower than ``memory_context_timeout_seconds`` is a ``StorageUnavailableError``.
+        """
+        config = self._current_config()
+        if not config.enabled or not config.injection_enabled:
+            return ""
+        timeout = config.memory_context_timeout_seconds
+        # The user is resolved here: the pool thread does not see the request's ContextVar.
+        future = _CONTEXT_EXECUTOR.submit(self._render, config, user_id or get_effective_user_id(), query)
+        try:
+            return future.result(timeout=timeout)
+        except FutureTimeoutError as exc:
+            future.cancel()
+            raise StorageUnavailableError(f"memory context took longer than {timeout:.1f} s") from exc
 
     def _render(self, config: MemoryConfig, user_id: str | None, query: str | None) -> str:
         """Load, rank, render, and count an access of exactly the facts the block shows."""

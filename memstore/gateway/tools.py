@@ -16,13 +16,16 @@ from typing import Any
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.document import DEFAULT_CATEGORY
 from memstore.errors import DuplicateFactError, MemstoreError
+from memstore.gateway.middleware import MemoryMiddleware
 from memstore.gateway.user_context import get_effective_user_id
+from memstore.inject.relevance import MAX_QUERY_CHARS
 from memstore.ops.facts import (
     create_memory_fact_with_created_fact,
     delete_memory_fact,
     search_memory_facts,
     update_memory_fact,
 )
+from memstore.ops.validation import search_text
 from memstore.storage.records import SearchMode
 
 logger = logging.getLogger(__name__)
@@ -152,6 +155,23 @@ def memory_delete(fact_id: str, *, user_id: str | None = None, agent_name: str |
     except Exception as exc:
         return _error(exc)
     return _result({"fact_id": fact_id, "status": "deleted"})
+
+
+def memory_context(query: str, *, user_id: str | None = None, agent_name: str | None = None) -> str:
+    """The memory block to add to your prompt, with the facts most relevant to ``query`` first.
+
+    Args:
+        query: The user's latest message, or what you are about to work on (at most 2000
+            characters). Empty ranks facts by confidence.
+    """
+    try:
+        search_text("query", query, MAX_QUERY_CHARS)
+        block = MemoryMiddleware(agent_name).read_memory_context(
+            user_id=user_id or get_effective_user_id(), query=query
+        )
+    except Exception as exc:
+        return _error(exc)
+    return _result({"context": block})
 
 
 def should_use_memory_tools(config: MemoryConfig | None = None) -> bool:

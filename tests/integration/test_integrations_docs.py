@@ -26,23 +26,25 @@ def examples() -> list[tuple[str, str | None]]:
 
 def test_every_section_has_a_checked_example() -> None:
     found = examples()
-    assert len(found) == 3
+    assert len(found) == 4
     assert all(output for _, output in found)
 
 
 def test_the_page_says_which_extractor_produced_each_output() -> None:
     text = DOC.read_text(encoding="utf-8")
     labels = re.findall(r"^Output \(([^)]*)\):$", text, re.MULTILINE)
-    assert len(labels) == 3
+    assert len(labels) == 4
     assert all("rule-based" in label or "no extractor" in label for label in labels)
 
 
-@pytest.mark.parametrize("index", range(3), ids=["plain-python", "langchain", "fastapi"])
+@pytest.mark.parametrize("index", range(4), ids=["plain-python", "langchain", "fastapi", "mcp"])
 def test_example_prints_the_documented_output(index: int, tmp_path: Path) -> None:
     code, expected = examples()[index]
     # A reader's shell: no memstore settings and no API key, only the data directory the page exports.
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_") and k != "OPENAI_API_KEY"}
     env["MEMSTORE_DATA_DIR"] = "./.memstore"
+    # An installed memstore is on the reader's PATH (the MCP example starts the command by name).
+    env["PATH"] = os.pathsep.join((str(Path(sys.executable).parent), env.get("PATH", "")))
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
     result = subprocess.run(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from memstore.config import MemoryConfig, set_memory_config
@@ -10,12 +11,14 @@ from memstore.document import MAX_FACT_CHARS
 from memstore.gateway.tools import (
     get_memory_tools,
     memory_add,
+    memory_context,
     memory_delete,
     memory_search,
     memory_update,
 )
 from memstore.gateway.user_context import reset_current_user, set_current_user
 from memstore.ops.facts import create_memory_fact, get_memory_data
+from memstore.storage.loader import reset_memory_storage
 
 
 def _json(raw: str) -> dict[str, Any]:
@@ -174,3 +177,25 @@ def test_tools_refuse_oversized_and_unstorable_text() -> None:
 def test_memory_add_refuses_an_unknown_category() -> None:
     assert _json(memory_add("Likes tea", "not-a-category", user_id="alice")) == {"error": "category"}
     assert _json(memory_search("tea", user_id="alice")) == {"results": [], "count": 0}
+
+
+def test_memory_context_is_the_callers_block_and_says_why_it_failed(tmp_path: Path) -> None:
+    memory_add("Alice drinks green tea", "preference", user_id="alice")
+    memory_add("Bob drinks coffee", "preference", user_id="bob")
+
+    block = _json(memory_context("what does she drink?", user_id="alice"))["context"]
+    assert block.startswith("<memory>") and "green tea" in block and "coffee" not in block
+    assert _json(memory_context("q" * 2001, user_id="alice")) == {
+        "error": "query is 2001 characters, over the 2000 accepted"
+    }
+
+    # Asked for explicitly, an outage is an error the caller sees, not an empty block.
+    (tmp_path / "not-a-dir").write_text("")
+    set_memory_config(MemoryConfig(database_url=f"sqlite:///{tmp_path}/not-a-dir/memory.db"))
+    reset_memory_storage()
+    failed = _json(memory_context("tea", user_id="alice"))
+    assert failed == {
+        "error": f"cannot create the SQLite database's folder {tmp_path / 'not-a-dir'}: File exists"
+    }
+    set_memory_config(MemoryConfig(enabled=False))
+    assert _json(memory_context("tea", user_id="alice")) == {"context": ""}

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import MemoryConfig
-from memstore.errors import ConfigError
+from memstore.errors import ConfigError, StorageSetupError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_SECONDS = 10
@@ -117,7 +117,13 @@ def _build_engine(url: URL) -> Engine:
         return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args)
     database = url.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(database).expanduser().parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageSetupError(
+                f"cannot create the SQLite database's folder {folder}: {exc.strerror or exc}"
+            ) from exc
     engine = create_engine(url, connect_args={"check_same_thread": False})
     _configure_sqlite(engine)
     return engine

@@ -1,0 +1,66 @@
+"""What ``memstore serve`` and ``memstore mcp`` share about listening: the socket and the Host names.
+
+A page on another site can point its own name at 127.0.0.1 (DNS rebinding) and then talk to a
+local server as a same-origin page; its requests still carry that site's name as ``Host``. So
+each HTTP server accepts only the Host names it was told to serve, and a wildcard bind has no
+safe default.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import click
+
+from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+ALLOWED_HOST = click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name requests may carry (repeatable; IPv6 in brackets; '*' accepts any). "
+    "Default: the --host address, plus localhost, 127.0.0.1 and [::1] for a loopback address.",
+)
+
+
+def default_allowed_hosts(bind_host: str) -> list[str] | None:
+    """The Host names to accept when none are given; ``None`` for a wildcard bind (no safe default)."""
+    if bind_host in ANY_ADDRESS:
+        return None
+    name = f"[{bind_host}]" if ":" in bind_host else bind_host
+    if name in LOOPBACK_HOSTS or bind_host.startswith("127."):
+        return sorted({name, *LOOPBACK_HOSTS})
+    return [name]
+
+
+def allowed_hosts_or_fail(bind_host: str, given: tuple[str, ...]) -> list[str]:
+    """The ``--allowed-host`` names, or the default for ``bind_host``; a usage error when there is none."""
+    hosts = list(given) or default_allowed_hosts(bind_host)
+    if hosts is None:
+        raise click.UsageError(
+            f"--host {bind_host!r} listens on every address: name the Host headers to accept with "
+            "--allowed-host NAME (repeatable), or --allowed-host '*' to accept any"
+        )
+    return hosts
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port``; exit 5 with one line when the address cannot be had."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_CANNOT_LISTEN) from exc
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        listener.bind((host, port))
+    except OSError as exc:
+        listener.close()
+        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        raise SystemExit(EXIT_CANNOT_LISTEN) from exc
+    return listener

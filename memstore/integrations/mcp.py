@@ -1,0 +1,187 @@
+"""memstore as an MCP server: any MCP client can search, add, update and delete facts, and fetch
+the memory context for a query.
+
+Built on the official ``mcp`` SDK (``MCPServer``, the SDK's own high-level server): it is the
+protocol's reference implementation, moves with the specification, and brings only what the
+stdio and streamable HTTP transports need; FastMCP would add a second framework on top of it.
+
+Each tool is a thin wrapper over the tool-mode function of the same name (``gateway.tools``), so
+validation, caps, descriptions and error wording are tool mode's. The wrappers exist for the
+scope: the user comes from the server's ``Identity`` (a fixed ``--user``, or the header an
+authenticating proxy sets), never from a tool argument, so a model cannot name another user.
+A tool-mode ``{"error": ...}`` becomes an MCP tool error (``isError``) with the same text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from importlib.metadata import version
+from inspect import getdoc
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from memstore.document import DEFAULT_CATEGORY
+from memstore.gateway import tools
+from memstore.integrations.identity import IdentityHeaderError, user_from_header
+from memstore.scope import validate_user_id
+from memstore.storage.records import SearchMode
+
+MCP_PATH = "/mcp"
+# Tool arguments are short (a fact is at most 2,000 characters); the SDK's default is 4 MiB.
+MAX_MCP_BODY_BYTES = 256 * 1024
+
+Identity = Callable[[Context], str]
+
+INSTRUCTIONS = (
+    "Long-term memory about the user. Call memory_context with the user's message to get what is "
+    "known about them; memory_search to find facts; memory_add, memory_update and memory_delete "
+    "to keep them true."
+)
+
+
+def fixed_identity(user_id: str) -> Identity:
+    """Every call acts as ``user_id`` (stdio, or HTTP reachable only by that user)."""
+    validate_user_id(user_id)
+
+    def fixed(_ctx: Context) -> str:
+        return user_id
+
+    return fixed
+
+
+def header_identity(name: str) -> Identity:
+    """Each call acts as the user named by header ``name`` of the HTTP request that carried it."""
+
+    def from_header(ctx: Context) -> str:
+        headers = ctx.headers
+        if headers is None:
+            raise ToolError(f"no {name} header: this transport carries no HTTP headers")
+        copies = headers.getlist(name) if isinstance(headers, Headers) else [headers.get(name) or ""]
+        try:
+            return user_from_header(name, [copy for copy in copies if copy])
+        except IdentityHeaderError as exc:
+            raise ToolError(exc.detail) from exc
+
+    return from_header
+
+
+def _answer(result: str) -> dict[str, Any]:
+    payload: dict[str, Any] = json.loads(result)
+    if "error" in payload:
+        raise ToolError(str(payload["error"]))
+    return payload
+
+
+def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> MCPServer:
+    """The five memory tools over ``identity``'s user and the given agent's memory."""
+    server: MCPServer = MCPServer(
+        "memstore", version=version("memstore"), instructions=INSTRUCTIONS, log_level="WARNING"
+    )
+
+    def memory_search(
+        query: str,
+        ctx: Context,
+        category: str | None = None,
+        limit: int = 10,
+        mode: SearchMode | None = None,
+    ) -> dict[str, Any]:
+        user_id = identity(ctx)
+        return _answer(
+            tools.memory_search(query, category, limit, user_id=user_id, agent_name=agent_name, mode=mode)
+        )
+
+    def memory_add(
+        content: str, ctx: Context, category: str = DEFAULT_CATEGORY, confidence: float = 0.7
+    ) -> dict[str, Any]:
+        user_id = identity(ctx)
+        return _answer(
+            tools.memory_add(content, category, confidence, user_id=user_id, agent_name=agent_name)
+        )
+
+    def memory_update(
+        fact_id: str,
+        ctx: Context,
+        content: str | None = None,
+        category: str | None = None,
+        confidence: float | None = None,
+    ) -> dict[str, Any]:
+        user_id = identity(ctx)
+        return _answer(
+            tools.memory_update(
+                fact_id, content, category, confidence, user_id=user_id, agent_name=agent_name
+            )
+        )
+
+    def memory_delete(fact_id: str, ctx: Context) -> dict[str, Any]:
+        return _answer(tools.memory_delete(fact_id, user_id=identity(ctx), agent_name=agent_name))
+
+    def memory_context(query: str, ctx: Context) -> dict[str, Any]:
+        return _answer(tools.memory_context(query, user_id=identity(ctx), agent_name=agent_name))
+
+    for wrapper, shared in (
+        (memory_search, tools.memory_search),
+        (memory_add, tools.memory_add),
+        (memory_update, tools.memory_update),
+        (memory_delete, tools.memory_delete),
+        (memory_context, tools.memory_context),
+    ):
+        server.add_tool(wrapper, name=shared.__name__, description=getdoc(shared))
+    return server
+
+
+def create_mcp_http_app(
+    server: MCPServer, *, allowed_hosts: Sequence[str], user_header: str | None
+) -> ASGIApp:
+    """The streamable HTTP app at ``/mcp``: Host and Origin checked, bodies capped, identity required.
+
+    With ``user_header``, a request without exactly one non-blank copy of it is refused (401 or
+    400) before the MCP layer sees it, as ``memstore serve`` does.
+    """
+    app: ASGIApp = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        max_request_body_size=MAX_MCP_BODY_BYTES,
+        transport_security=_transport_security(allowed_hosts),
+    )
+    if user_header is not None:
+        app = RequireIdentityHeader(app, user_header)
+    return app
+
+
+def _transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySettings:
+    """The SDK's DNS-rebinding check (Host and Origin) for the names ``memstore serve`` would accept."""
+    if "*" in allowed_hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[form for host in allowed_hosts for form in (host, f"{host}:*")],
+        allowed_origins=[
+            form
+            for host in allowed_hosts
+            for scheme in ("http", "https")
+            for form in (f"{scheme}://{host}", f"{scheme}://{host}:*")
+        ],
+    )
+
+
+class RequireIdentityHeader:
+    """Refuse an HTTP request that lacks exactly one non-blank copy of the identity header."""
+
+    def __init__(self, app: ASGIApp, name: str) -> None:
+        self.app = app
+        self.name = name
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                user_from_header(self.name, Headers(scope=scope).getlist(self.name))
+            except IdentityHeaderError as exc:
+                await JSONResponse({"detail": exc.detail}, status_code=exc.status_code)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -1,0 +1,250 @@
+"""``memstore mcp`` (issue 20): the SDK's own client against a real server process.
+
+Over stdio the client starts ``memstore mcp`` itself; over streamable HTTP the server runs on a
+free port and each client sends the identity header a proxy would set. Both dialects, real
+storage: what a tool call claims is checked against the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+
+from memstore.scope import make_safe_user_id
+from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.engine import dispose_engines
+from tests.integration.conftest import Cli
+
+TOOLS = ["memory_add", "memory_context", "memory_delete", "memory_search", "memory_update"]
+HEADER = "X-Memstore-User"
+STARTUP_ATTEMPTS = 600  # polls 0.1 s apart: generous for a loaded 2-core machine
+
+
+def _memstore() -> str:
+    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
+    assert executable is not None
+    return executable
+
+
+def _stored(url: str, user_id: str) -> list[str]:
+    try:
+        return [fact["content"] for fact in SqlMemoryStorage(url).load(user_id=user_id)["facts"]]
+    finally:
+        dispose_engines()
+
+
+def _stdio_client(cli: Cli, *args: str) -> Client:
+    return Client(StdioServerParameters(command=_memstore(), args=["mcp", *args], env=cli.env))
+
+
+async def _call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    assert isinstance(result.structured_content, dict)
+    return result.structured_content
+
+
+async def _error(client: Client, tool: str, **arguments: Any) -> str:
+    result: CallToolResult = await client.call_tool(tool, arguments)
+    assert result.is_error and result.structured_content is None
+    return " ".join(getattr(part, "text", "") for part in result.content)
+
+
+def test_stdio_session_runs_every_tool_against_the_database(cli: Cli) -> None:
+    async def session() -> None:
+        async with _stdio_client(cli, "--user", "alice") as client:
+            listed = await client.list_tools()
+            assert sorted(tool.name for tool in listed.tools) == TOOLS
+            schema = {tool.name: tool.input_schema for tool in listed.tools}
+            assert "user_id" not in str(schema) and "agent_name" not in str(schema)
+
+            added = await _call(client, "memory_add", content="Alice drinks green tea", category="preference")
+            assert added["status"] == "added"
+            assert _stored(cli.url, "alice") == ["Alice drinks green tea"]
+
+            found = await _call(client, "memory_search", query="tea")
+            assert [fact["id"] for fact in found["results"]] == [added["fact_id"]]
+
+            await _call(client, "memory_update", fact_id=added["fact_id"], content="Alice drinks oolong tea")
+            assert _stored(cli.url, "alice") == ["Alice drinks oolong tea"]
+
+            context = await _call(client, "memory_context", query="what does she drink?")
+            assert "Alice drinks oolong tea" in context["context"]
+            assert context["context"].startswith("<memory>")
+
+            # Tool mode's wording (the reference's): the field that was refused.
+            assert (await _error(client, "memory_add", content="x" * 2001)).endswith(": content")
+            assert _stored(cli.url, "alice") == ["Alice drinks oolong tea"]
+            assert "over the 2000" in await _error(client, "memory_context", query="q" * 2001)
+
+            await _call(client, "memory_delete", fact_id=added["fact_id"])
+            assert _stored(cli.url, "alice") == []
+            assert "Fact not found" in await _error(client, "memory_delete", fact_id=added["fact_id"])
+
+    asyncio.run(session())
+
+
+def test_stdio_sessions_of_two_users_are_isolated(cli: Cli) -> None:
+    async def sessions() -> None:
+        async with _stdio_client(cli, "--user", "alice") as alice:
+            fact_id = (await _call(alice, "memory_add", content="Alice's PIN hint is tea"))["fact_id"]
+        async with _stdio_client(cli, "--user", "bob") as bob:
+            assert (await _call(bob, "memory_search", query="tea"))["count"] == 0
+            # A tool argument cannot name another user: the scope is the server's, not the model's.
+            smuggled = await bob.call_tool("memory_search", {"query": "tea", "user_id": "alice"})
+            assert (
+                not isinstance(smuggled.structured_content, dict) or smuggled.structured_content["count"] == 0
+            )
+            assert "Fact not found" in await _error(bob, "memory_update", fact_id=fact_id, content="hijacked")
+            assert "Fact not found" in await _error(bob, "memory_delete", fact_id=fact_id)
+            assert "PIN" not in (await _call(bob, "memory_context", query="tea"))["context"]
+            await _call(bob, "memory_add", content="Bob likes coffee")
+        assert _stored(cli.url, "alice") == ["Alice's PIN hint is tea"]
+        assert _stored(cli.url, "bob") == ["Bob likes coffee"]
+
+    asyncio.run(sessions())
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def http_server(cli: Cli, *args: str) -> Iterator[str]:
+    """``memstore mcp --transport http`` on a free port; yields its /mcp URL once it answers."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [_memstore(), "mcp", "--transport", "http", "--port", str(port), *args],
+        env=cli.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        for _ in range(STARTUP_ATTEMPTS):
+            if process.poll() is not None:
+                raise AssertionError(f"memstore mcp exited: {process.communicate()}")
+            try:
+                httpx.get(url, headers={HEADER: "probe"})
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            raise AssertionError("memstore mcp never answered")
+        yield url
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+@asynccontextmanager
+async def http_client(url: str, user: str) -> AsyncIterator[Client]:
+    async with (
+        httpx2.AsyncClient(headers={HEADER: user}) as http,
+        Client(streamable_http_client(url, http_client=http)) as client,
+    ):
+        yield client
+
+
+def test_http_takes_each_callers_user_from_the_proxy_header(cli: Cli) -> None:
+    alice_id = make_safe_user_id("alice@example.com")
+
+    async def sessions(url: str) -> None:
+        async with http_client(url, "alice@example.com") as alice, http_client(url, "bob") as bob:
+            listed = await alice.list_tools()
+            assert sorted(tool.name for tool in listed.tools) == TOOLS
+            fact_id = (await _call(alice, "memory_add", content="Alice is allergic to peanuts"))["fact_id"]
+            assert (await _call(bob, "memory_search", query="peanuts"))["count"] == 0
+            assert "Fact not found" in await _error(bob, "memory_update", fact_id=fact_id, content="gone")
+            assert "Fact not found" in await _error(bob, "memory_delete", fact_id=fact_id)
+            await _call(bob, "memory_add", content="Bob is allergic to cats")
+            found = await _call(alice, "memory_search", query="allergic")
+            assert [fact["content"] for fact in found["results"]] == ["Alice is allergic to peanuts"]
+
+    with http_server(cli, "--user-header", HEADER) as url:
+        asyncio.run(sessions(url))
+        initialize = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        accept = {"Accept": "application/json, text/event-stream"}
+        missing = httpx.post(url, json=initialize, headers=accept)
+        assert missing.status_code == 401 and HEADER in missing.json()["detail"]
+        twice = httpx.post(
+            url, json=initialize, headers=[*accept.items(), (HEADER, "bob"), (HEADER, "alice")]
+        )
+        assert twice.status_code == 400 and "2 times" in twice.json()["detail"]
+        rebound = httpx.post(url, json=initialize, headers={**accept, HEADER: "bob", "Host": "evil.example"})
+        assert rebound.status_code == 421
+        cross_site = httpx.post(
+            url, json=initialize, headers={**accept, HEADER: "bob", "Origin": "http://evil.example"}
+        )
+        assert cross_site.status_code == 403
+
+    assert _stored(cli.url, alice_id) == ["Alice is allergic to peanuts"]
+    assert _stored(cli.url, "bob") == ["Bob is allergic to cats"]
+
+
+def test_http_with_a_fixed_user_and_usage_errors(cli: Cli) -> None:
+    async def session(url: str) -> None:
+        async with http_client(url, "ignored") as client:
+            await _call(client, "memory_add", content="Carol plays the cello")
+
+    with http_server(cli, "--user", "carol") as url:
+        asyncio.run(session(url))
+    assert _stored(cli.url, "carol") == ["Carol plays the cello"]
+
+    nobody = cli("mcp")
+    assert nobody.returncode == 2 and "say who the caller is" in nobody.stderr
+    stdio_header = cli("mcp", "--user-header", HEADER)
+    assert stdio_header.returncode == 2 and "needs --transport http" in stdio_header.stderr
+    bad_user = cli("mcp", "--user", "../etc")
+    assert bad_user.returncode == 1 and "user" in bad_user.stderr
+    wildcard = cli("mcp", "--transport", "http", "--host", "0.0.0.0", "--user", "carol")
+    assert wildcard.returncode == 2 and "--allowed-host" in wildcard.stderr
+
+
+def test_stdout_of_a_stdio_server_carries_only_the_protocol(cli: Cli) -> None:
+    """Anything else on stdout (a migration line, a warning) would corrupt the client's stream."""
+    env = {**cli.env, "MEMSTORE_DATA_DIR": cli.env["MEMSTORE_DATA_DIR"] + "-fresh", "MEMSTORE_TYPO": "1"}
+    request = (
+        '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
+        '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+    )
+    result = subprocess.run(
+        [_memstore(), "mcp", "--user", "dana", "-v"],
+        input=request,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    lines = result.stdout.splitlines()
+    assert lines and all(line.startswith('{"jsonrpc":"2.0"') for line in lines), result.stdout
+    assert "MEMSTORE_TYPO" in result.stderr  # warned, but on stderr
+    if cli.url.startswith("sqlite"):
+        assert "migrated sqlite" in result.stderr  # the fresh file's first migration, logged by -v
