@@ -1,4 +1,8 @@
-"""``MemoryConfig``: one validated model built from YAML and ``MEMSTORE_*`` environment variables."""
+"""``MemoryConfig``: one validated model built from YAML and ``MEMSTORE_*`` environment variables.
+
+pydantic-settings loads it (``_LoadedMemoryConfig``); memstore reads the YAML file itself, because
+a missing or malformed settings file must be an error that names the file, never an empty config.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -21,6 +25,14 @@ from pydantic import (
     ValidationError,
     field_validator,
     model_validator,
+)
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
 )
 
 from memstore.errors import ConfigError
@@ -207,27 +219,60 @@ class MemoryConfig(BaseModel):
         return self
 
 
-def _env_value(field: str, raw: str) -> Any:
-    """Turn an environment string into what pydantic expects for ``field``."""
-    if raw == "" and field in {
-        "database_url",
-        "model_name",
-        "llm_base_url",
-        "llm_api_key",
-        "queue_backend",
-        "expire_below",
-        "embedding_model",
-        "embedding_base_url",
-        "embedding_api_key",
-        "embedding_dimensions",
-    }:
-        return None
-    if field in {"guaranteed_categories", "staleness_protected_categories"}:
-        stripped = raw.strip()
-        if stripped.startswith("["):
-            return json.loads(stripped)
-        return [part.strip() for part in stripped.split(",") if part.strip()]
-    return raw
+class _EnvironmentSource(EnvSettingsSource):
+    """``MEMSTORE_<FIELD>`` variables, read by pydantic-settings, with memstore's two conventions.
+
+    Only the upper-case spelling counts (a lower-case ``memstore_max_facts`` is not read), a
+    list may be comma-separated as well as JSON, and an empty value unsets an optional setting,
+    so it also clears a value the settings file gave.
+    """
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        self.exact = {
+            name: value
+            for name, value in os.environ.items()
+            if name.startswith(ENV_PREFIX) and name.isupper()
+        }
+        self.env_vars = {name.lower(): value for name, value in self.exact.items()}
+
+    def prepare_field_value(
+        self, field_name: str, field: FieldInfo, value: Any, value_is_complex: bool
+    ) -> Any:
+        if isinstance(value, str) and get_origin(field.annotation) is list:
+            stripped = value.strip()
+            if not stripped.startswith("["):
+                return [part.strip() for part in stripped.split(",") if part.strip()]
+            try:
+                return json.loads(stripped)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"invalid memory config: {field_name}: {exc}") from exc
+        return super().prepare_field_value(field_name, field, value, value_is_complex)
+
+    def __call__(self) -> dict[str, Any]:
+        values = super().__call__()
+        for name, field in self.settings_cls.model_fields.items():
+            if self.exact.get(ENV_PREFIX + name.upper()) == "" and type(None) in get_args(field.annotation):
+                values[name] = None
+        return values
+
+
+class _LoadedMemoryConfig(BaseSettings, MemoryConfig):
+    """``MemoryConfig`` as pydantic-settings loads it: the file's values, then the environment's."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_assignment=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # First wins: a variable beats the file's value (passed as init values); no .env, no secrets dir.
+        return (_EnvironmentSource(settings_cls), init_settings)
 
 
 def _read_yaml_section(path: Path) -> dict[str, Any]:
@@ -247,15 +292,18 @@ def _read_yaml_section(path: Path) -> dict[str, Any]:
     return section
 
 
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
+    )
+
+
 def build_memory_config(values: dict[str, Any], *, origin: str = "memory config") -> MemoryConfig:
     """Validate ``values``, turning pydantic's error into one message that names each bad field."""
     try:
         return MemoryConfig(**values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in err['loc']) or '<root>'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"invalid {origin}: {problems}") from exc
+        raise ConfigError(f"invalid {origin}: {_problems(exc)}") from exc
 
 
 def unknown_env_settings(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -281,18 +329,18 @@ def load_memory_config(path: str | os.PathLike[str] | None = None) -> MemoryConf
     """
     for message in unknown_env_settings():
         logger.warning("%s", message)
-    values: dict[str, Any] = {}
     config_path = path if path is not None else os.environ.get(CONFIG_PATH_ENV)
-    if config_path:
-        values.update(_read_yaml_section(Path(config_path)))
-    for field in MemoryConfig.model_fields:
-        raw = os.environ.get(ENV_PREFIX + field.upper())
-        if raw is not None:
-            try:
-                values[field] = _env_value(field, raw)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"invalid memory config: {field}: {exc}") from exc
-    return build_memory_config(values)
+    from_file = _read_yaml_section(Path(config_path)) if config_path else {}
+    try:
+        loaded = _LoadedMemoryConfig(**from_file)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid memory config: {_problems(exc)}") from exc
+    except SettingsError as exc:
+        if isinstance(exc.__cause__, ConfigError):
+            raise exc.__cause__ from None
+        raise ConfigError(f"invalid memory config: {exc}") from exc
+    # A plain MemoryConfig, equal to one built by hand with the same values.
+    return MemoryConfig.model_construct(loaded.model_fields_set, **dict(loaded))
 
 
 _config: MemoryConfig | None = None

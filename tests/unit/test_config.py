@@ -118,3 +118,42 @@ def test_a_misspelt_variable_is_reported_with_the_setting_it_resembles(
         "MEMSTORE_DATABASE_URI is not a memstore setting and is ignored; did you mean MEMSTORE_DATABASE_URL?",
         "MEMSTORE_WHATEVER is not a memstore setting and is ignored",
     ]
+
+
+def test_an_empty_variable_unsets_an_optional_setting_the_file_gave(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "memory:\n  database_url: postgresql://db/memstore\n  expire_below: 0.2\n", encoding="utf-8"
+    )
+    assert load_memory_config(path).database_url == "postgresql://db/memstore"
+    monkeypatch.setenv("MEMSTORE_DATABASE_URL", "")
+    monkeypatch.setenv("MEMSTORE_EXPIRE_BELOW", "")
+    monkeypatch.setenv("MEMSTORE_DATA_DIR", "")  # not optional: stays the empty string it says
+    config = load_memory_config(path)
+    assert (config.database_url, config.expire_below, config.data_dir) == (None, None, "")
+
+
+def test_lists_take_json_too_and_bad_json_names_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMSTORE_STALENESS_PROTECTED_CATEGORIES", '["correction", "goal, with comma"]')
+    assert load_memory_config().staleness_protected_categories == ["correction", "goal, with comma"]
+    monkeypatch.setenv("MEMSTORE_GUARANTEED_CATEGORIES", "[correction")
+    with pytest.raises(ConfigError, match=r"^invalid memory config: guaranteed_categories: Expecting value"):
+        load_memory_config()
+
+
+def test_only_the_upper_case_spelling_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("memstore_max_facts", "20")
+    monkeypatch.setenv("MEMSTORE_Max_Facts", "30")
+    assert load_memory_config().max_facts == 100
+
+
+def test_a_loaded_config_is_a_plain_memory_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMSTORE_MAX_FACTS", "42")
+    monkeypatch.setenv("MEMSTORE_LLM_API_KEY", "sk-from-env")
+    loaded = load_memory_config()
+    assert type(loaded) is MemoryConfig
+    assert loaded == MemoryConfig(max_facts=42, llm_api_key="sk-from-env")
+    with pytest.raises(ValueError, match="max_facts"):
+        loaded.max_facts = 1  # still validated on assignment
