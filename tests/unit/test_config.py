@@ -6,6 +6,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 
 from memstore.config import MemoryConfig, get_memory_config, load_memory_config, set_memory_config
 from memstore.errors import ConfigError
@@ -154,6 +155,6 @@ def test_a_loaded_config_is_a_plain_memory_config(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("MEMSTORE_LLM_API_KEY", "sk-from-env")
     loaded = load_memory_config()
     assert type(loaded) is MemoryConfig
-    assert loaded == MemoryConfig(max_facts=42, llm_api_key="sk-from-env")
+    assert loaded == MemoryConfig(max_facts=42, llm_api_key=SecretStr("sk-from-env"))
     with pytest.raises(ValueError, match="max_facts"):
         loaded.max_facts = 1  # still validated on assignment
