@@ -10,12 +10,15 @@ import click
 from sqlalchemy.exc import DBAPIError
 
 from memstore import __name__ as _package
+from memstore.cli.output import CliError
 from memstore.config import CONFIG_PATH_ENV, set_memory_config
 from memstore.errors import MemstoreError
 
 
 class _MemstoreGroup(click.Group):
     """Turns memstore's own errors into one line on stderr and exit code 1, not a traceback.
+
+    Every failure leaves as a ``CliError``, so it is shown one way (``output.echo_error``).
 
     A database error the storage layer did not map (a corrupt SQLite page met by a query, say)
     is one line too, without the SQL. Multi-line messages (a driver's hint, PyYAML's excerpt of
@@ -29,6 +32,12 @@ class _MemstoreGroup(click.Group):
             _fail(str(exc), exc)
         except DBAPIError as exc:
             _fail(f"database error: {str(exc.orig).strip() or type(exc.orig).__name__}", exc)
+        except click.UsageError:
+            raise
+        except click.ClickException as exc:
+            if isinstance(exc, CliError):
+                raise
+            raise CliError(exc.format_message()) from exc  # every ClickException exits 1
 
 
 def _fail(message: str, exc: Exception) -> NoReturn:
@@ -38,7 +47,7 @@ def _fail(message: str, exc: Exception) -> NoReturn:
         logger.info("%s", message, exc_info=exc)
     elif rest:
         first += " (run with -v for the details)"
-    raise click.ClickException(first) from exc
+    raise CliError(first) from exc
 
 
 def _set_verbose(ctx: click.Context, _param: click.Parameter, verbose: bool) -> None:

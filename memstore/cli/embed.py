@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
-from memstore.cli.output import echo_json
+from memstore.cli.output import echo_json, progress
 from memstore.ops.embeddings import EmbeddingReport, embed_facts, embedding_report
 
 
@@ -25,8 +23,8 @@ def embed(rebuild: bool, status_only: bool, as_json: bool) -> None:
     report = embedding_report()
     if not status_only:
         total = report.status.live_facts if rebuild else report.missing
-        with click.progressbar(length=total, label="embedding facts", file=sys.stderr, show_pos=True) as bar:
-            embed_facts(rebuild=rebuild, progress=lambda count: bar.update(count))
+        with progress("Embedding facts", total) as advance:
+            embed_facts(rebuild=rebuild, progress=advance)
         report = embedding_report()
     if as_json:
         echo_json(report.to_json())

@@ -13,6 +13,7 @@ import socket
 import click
 
 from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN
+from memstore.cli.output import echo_error
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
@@ -54,13 +55,13 @@ def listen(host: str, port: int) -> socket.socket:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         listener = socket.socket(family, socket.SOCK_STREAM)
     except OSError as exc:
-        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        echo_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         raise SystemExit(EXIT_CANNOT_LISTEN) from exc
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         listener.bind((host, port))
     except OSError as exc:
         listener.close()
-        click.echo(f"Error: cannot listen on {host}:{port}: {exc.strerror or exc}", err=True)
+        echo_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         raise SystemExit(EXIT_CANNOT_LISTEN) from exc
     return listener

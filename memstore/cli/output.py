@@ -1,17 +1,39 @@
-"""Shared output for the operator commands: aligned tables for people, JSON for scripts."""
+"""Shared output for the operator commands: Rich tables, progress and errors for people, JSON for scripts.
+
+Rich styles only a terminal: when the stream is not one, or ``NO_COLOR`` is set, tables are
+plain aligned text without box lines or colour, progress is a single line, and errors are the
+usual ``Error: ...``, so what scripts and logs read does not depend on Rich's styling. ``--json``
+never goes through Rich. Text from the store is passed as ``rich.text.Text``, never as markup,
+without its control characters, so a fact cannot restyle or move the terminal.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import sys
 import unicodedata
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import IO, Any
 
 import click
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
 from memstore.scope import lookup_user_id
 
 MAX_CELL = 60
+PLAIN_WIDTH = 100_000  # plain tables are never wrapped to a terminal width: cells are capped instead
+
+
+def styled(stream: IO[str]) -> bool:
+    """Whether ``stream`` gets Rich styling: a terminal, and ``NO_COLOR`` unset (no-color.org)."""
+    return stream.isatty() and not os.environ.get("NO_COLOR")
 
 
 def echo_json(value: Any) -> None:
@@ -19,13 +41,61 @@ def echo_json(value: Any) -> None:
 
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Columns padded by display width, so CJK text (two cells per character) still lines up."""
-    cells = [[_cell(value) for value in row] for row in rows]
-    widths = [
-        max([_width(header), *(_width(row[index]) for row in cells)]) for index, header in enumerate(headers)
-    ]
-    for row in [list(headers), *cells]:
-        click.echo("  ".join(_pad(text, width) for text, width in zip(row, widths, strict=True)).rstrip())
+    """One row per line, columns aligned by display width (CJK text takes two cells a character)."""
+    stdout = sys.stdout
+    fancy = styled(stdout)
+    table = Table(
+        box=box.SIMPLE_HEAD if fancy else None,
+        header_style="bold" if fancy else "",
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+    )
+    for header in headers:
+        table.add_column(header, max_width=MAX_CELL, overflow="ellipsis", no_wrap=True)
+    for row in rows:
+        table.add_row(*(Text(_cell(value)) for value in row))
+    if fancy:
+        Console(file=stdout, highlight=False).print(table)
+        return
+    rendered = io.StringIO()
+    Console(file=rendered, width=PLAIN_WIDTH, no_color=True, highlight=False).print(table)
+    for line in rendered.getvalue().splitlines():
+        click.echo(line.rstrip())
+
+
+def echo_error(message: str) -> None:
+    """``Error: message`` on stderr, the ``Error:`` in bold red on a terminal."""
+    stderr = sys.stderr
+    if styled(stderr):
+        Console(file=stderr, highlight=False).print(Text.assemble(("Error: ", "bold red"), message))
+    else:
+        click.echo(f"Error: {message}", err=True)
+
+
+class CliError(click.ClickException):
+    """A one-line command failure (exit 1), shown by ``echo_error``."""
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        if file is not None:
+            super().show(file)
+            return
+        echo_error(self.format_message())
+
+
+@contextmanager
+def progress(label: str, total: int) -> Iterator[Callable[[int], None]]:
+    """Yield ``advance(n)``; a Rich bar on a terminal's stderr, the label alone anywhere else."""
+    stderr = sys.stderr
+    if not stderr.isatty():
+        click.echo(label, err=True)
+        yield lambda _count: None
+        return
+    console = Console(file=stderr, no_color=bool(os.environ.get("NO_COLOR")), highlight=False)
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda count: bar.advance(task, count)
 
 
 def human_bytes(size: int) -> str:
@@ -47,24 +117,10 @@ def echo_counts(title: str, counts: dict[str, int]) -> None:
 
 
 def _cell(value: object) -> str:
+    """One line of text: floats to two places, every run of whitespace (newlines too) one space,
+    and no control characters, so a stored escape sequence cannot drive the terminal."""
     text = "" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
-    text = " ".join(text.split())
-    if _width(text) <= MAX_CELL:
-        return text
-    kept = ""
-    for char in text:
-        if _width(kept + char) > MAX_CELL - 1:
-            break
-        kept += char
-    return kept + "…"
-
-
-def _width(text: str) -> int:
-    return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
-
-
-def _pad(text: str, width: int) -> str:
-    return text + " " * (width - _width(text))
+    return "".join(char for char in " ".join(text.split()) if unicodedata.category(char) != "Cc")
 
 
 def user_id_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
-from memstore.cli.output import user_id_option
+from memstore.cli.output import progress, user_id_option
 from memstore.ops.transfer import ImportReport, export_scopes, import_entries
 from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
@@ -44,8 +44,8 @@ def import_command(
             raise click.UsageError("--user/--agent apply to a single file, not to a tree")
         entries, misplaced = discover_tree(path)
     storage = get_memory_storage()
-    with click.progressbar(length=len(entries), label="Importing", file=sys.stderr, show_pos=True) as bar:
-        report = import_entries(storage, entries, dry_run=dry_run, on_item=lambda _entry: bar.update(1))
+    with progress("Importing", len(entries)) as advance:
+        report = import_entries(storage, entries, dry_run=dry_run, on_item=lambda _entry: advance(1))
     report.invalid.extend(misplaced)
     _print_report(report, dry_run=dry_run, as_json=as_json)
     if report.invalid:
@@ -69,9 +69,10 @@ def export_command(destination: Path, user_id: str | None, as_json: bool) -> Non
     storage = get_memory_storage()
     scopes = list_scopes(user_id, storage=storage)
     written: list[Path] = []
-    with click.progressbar(scopes, label="Exporting", file=sys.stderr, show_pos=True) as bar:
-        for scope in bar:
+    with progress("Exporting", len(scopes)) as advance:
+        for scope in scopes:
             written.extend(export_scopes(storage, [scope], destination))
+            advance(1)
     if as_json:
         click.echo(
             json.dumps({"destination": str(destination), "files": [str(p) for p in written]}, indent=2)

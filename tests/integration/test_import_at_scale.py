@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
-import shutil
 import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from memstore.storage.sql.engine import dispose_engines, get_engine
+from tests.support.terminal import memstore_executable, run_on_terminal
 
 USERS = 2000
 FACTS = 50
@@ -62,41 +59,9 @@ def _write_tree(root: Path) -> None:
         path.write_text(json.dumps(_document(user), ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
-def _executable() -> str:
-    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    return executable
-
-
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([_executable(), *args], capture_output=True, text=True, env=env, check=False)
-
-
-def _run_on_terminal(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    """Run with stderr on a pseudo-terminal, as an operator would: click draws the bar only on a TTY."""
-    controller, terminal = pty.openpty()
-    process = subprocess.Popen(
-        [_executable(), *args], stdout=subprocess.PIPE, stderr=terminal, env=env, text=True
-    )
-    os.close(terminal)
-    chunks: list[bytes] = []
-
-    def drain() -> None:
-        while True:
-            try:
-                chunk = os.read(controller, 65536)
-            except OSError:  # the terminal closed with the process
-                return
-            if not chunk:
-                return
-            chunks.append(chunk)
-
-    reader = threading.Thread(target=drain)
-    reader.start()
-    stdout, _ = process.communicate()
-    reader.join(10)
-    os.close(controller)
-    return process.returncode, stdout, b"".join(chunks).decode("utf-8", "replace")
+    command = [memstore_executable(), *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
 
 
 def _footprint(url: str) -> tuple[int, int, int]:
@@ -125,10 +90,10 @@ def test_large_tree_imports_idempotently_and_exports_back(
         url = f"sqlite:///{tmp_path / 'data' / 'memory.db'}"
 
     try:
-        code, stdout, terminal = _run_on_terminal(env, "import", str(tree))
+        code, stdout, terminal = run_on_terminal(env, "import", str(tree))
         assert code == 0, terminal
         assert f"imported: {USERS}  unchanged: 0  invalid: 0" in stdout
-        assert "Importing" in terminal and "#" in terminal and f"{USERS}/{USERS}" in terminal
+        assert "Importing" in terminal and "━" in terminal and f"{USERS}/{USERS}" in terminal  # Rich's bar
         before = _footprint(url)
         assert before[0] == USERS * (FACTS + 3)  # one history row per fact and non-empty section
 
