@@ -8,6 +8,11 @@ and the CLI each map them in a single function. Where an error used to be a buil
 
 from __future__ import annotations
 
+STORAGE_UNAVAILABLE_MESSAGE = "Memory storage is unavailable; try again later."
+EMBEDDINGS_FAILED_MESSAGE = "The embeddings endpoint failed; try again later."
+"""What a remote caller (HTTP client, agent tool, MCP client) is told when the store or the
+embeddings endpoint fails; the cause, which names the database, goes to the server's log."""
+
 
 class MemstoreError(Exception):
     """Base class so a gateway can catch every memstore failure in one clause."""

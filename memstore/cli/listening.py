@@ -8,6 +8,7 @@ safe default.
 
 from __future__ import annotations
 
+import re
 import socket
 
 import click
@@ -15,6 +16,7 @@ import click
 from memstore.cli.exit_codes import EXIT_CANNOT_LISTEN
 from memstore.cli.output import echo_error
 
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
@@ -26,6 +28,13 @@ ALLOWED_HOST = click.option(
     help="A Host name requests may carry (repeatable; IPv6 in brackets; '*' accepts any). "
     "Default: the --host address, plus localhost, 127.0.0.1 and [::1] for a loopback address.",
 )
+
+
+def header_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--user-header`` must be a header a proxy can set: an empty or spaced name matches nothing."""
+    if value is not None and not HEADER_NAME.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is not an HTTP header name (such as X-Forwarded-User)")
+    return value
 
 
 def default_allowed_hosts(bind_host: str) -> list[str] | None:

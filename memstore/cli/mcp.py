@@ -12,7 +12,7 @@ from typing import Literal
 
 import click
 
-from memstore.cli.listening import ALLOWED_HOST, allowed_hosts_or_fail, listen
+from memstore.cli.listening import ALLOWED_HOST, allowed_hosts_or_fail, header_name, listen
 from memstore.storage.loader import get_memory_storage
 
 DEFAULT_MCP_PORT = 8001  # next to memstore serve's 8000, so both can run on one host
@@ -40,6 +40,7 @@ DEFAULT_MCP_PORT = 8001  # next to memstore serve's 8000, so both can run on one
 @click.option("--user", "user_id", metavar="ID", help="Every tool call acts as this user.")
 @click.option(
     "--user-header",
+    callback=header_name,
     metavar="NAME",
     help="HTTP: take the user from this request header (through make_safe_user_id). Only behind a "
     "reverse proxy that authenticates callers and replaces any copy a client sent.",

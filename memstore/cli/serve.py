@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from memstore.cli.listening import ALLOWED_HOST, allowed_hosts_or_fail, listen
+from memstore.cli.listening import ALLOWED_HOST, allowed_hosts_or_fail, header_name, listen
 from memstore.document import MAX_DOCUMENT_BYTES
 from memstore.scope import validate_user_id
 from memstore.storage.loader import get_memory_storage
@@ -26,6 +26,7 @@ from memstore.storage.loader import get_memory_storage
 )
 @click.option(
     "--user-header",
+    callback=header_name,
     help="Take the user from this request header (external ids pass through make_safe_user_id). "
     "Only behind a reverse proxy that authenticates callers and replaces any copy a client sent.",
 )

@@ -73,6 +73,9 @@ class MemoryMiddleware:
         relevance to it (``inject.relevance``); otherwise by confidence. A failure is logged and
         gives ``""``: a turn without memory, never a broken request.
         """
+        config = self._current_config()
+        if not config.enabled or not config.injection_enabled:
+            return ""
         try:
             return self.read_memory_context(user_id=user_id, query=query)
         except StorageUnavailableError as exc:
@@ -82,13 +85,12 @@ class MemoryMiddleware:
         return ""
 
     def read_memory_context(self, *, user_id: str | None = None, query: str | None = None) -> str:
-        """``memory_context`` for a caller that asked for it explicitly, so failures raise.
+        """``memory_context`` for a caller that asked for it explicitly (a tool), so failures raise,
+        and ``enabled``/``injection_enabled``, which govern automatic injection, do not apply.
 
         A read slower than ``memory_context_timeout_seconds`` is a ``StorageUnavailableError``.
         """
         config = self._current_config()
-        if not config.enabled or not config.injection_enabled:
-            return ""
         timeout = config.memory_context_timeout_seconds
         # The user is resolved here: the pool thread does not see the request's ContextVar.
         future = _CONTEXT_EXECUTOR.submit(self._render, config, user_id or get_effective_user_id(), query)

@@ -15,7 +15,16 @@ from typing import Any
 
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.document import DEFAULT_CATEGORY
-from memstore.errors import DuplicateFactError, MemstoreError
+from memstore.errors import (
+    EMBEDDINGS_FAILED_MESSAGE,
+    STORAGE_UNAVAILABLE_MESSAGE,
+    DuplicateFactError,
+    EmbeddingError,
+    MemstoreError,
+    StorageSetupError,
+    StorageUnavailableError,
+    StorageWriteError,
+)
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.gateway.user_context import get_effective_user_id
 from memstore.inject.relevance import MAX_QUERY_CHARS
@@ -37,12 +46,22 @@ def _result(payload: dict[str, Any]) -> str:
     return json.dumps(payload, ensure_ascii=False)
 
 
-def _error(exc: Exception) -> str:
-    """The one place tool failures become the error JSON the model reads."""
+def _error(exc: Exception, owner: str) -> str:
+    """The one place tool failures become the error JSON the model reads.
+
+    A store or embeddings failure gets the generic message the HTTP API gives, because its cause
+    names the database; the cause is logged once at WARNING with the user, as a 503 is.
+    """
     if isinstance(exc, DuplicateFactError):
         return _result({"error": DUPLICATE_ERROR})
+    if isinstance(exc, (StorageUnavailableError, StorageWriteError, StorageSetupError)):
+        logger.warning("memory tool call of user %s failed, storage: %s", owner, exc)
+        return _result({"error": STORAGE_UNAVAILABLE_MESSAGE})
+    if isinstance(exc, EmbeddingError):
+        logger.warning("memory tool call of user %s failed, embeddings: %s", owner, exc)
+        return _result({"error": EMBEDDINGS_FAILED_MESSAGE})
     if not isinstance(exc, MemstoreError):
-        logger.exception("memory tool failed")
+        logger.exception("memory tool call of user %s failed", owner)
     return _result({"error": str(exc)})
 
 
@@ -65,6 +84,7 @@ def memory_search(
         mode: fulltext, semantic or hybrid; by default hybrid when embeddings are configured,
             fulltext otherwise.
     """
+    owner = user_id or get_effective_user_id()
     try:
         if mode is None:
             mode = "fulltext" if get_memory_config().embedding_provider == "none" else "hybrid"
@@ -73,11 +93,11 @@ def memory_search(
             category,
             limit,
             agent_name=agent_name,
-            user_id=user_id or get_effective_user_id(),
+            user_id=owner,
             mode=mode,
         )
     except Exception as exc:
-        return _error(exc)
+        return _error(exc, owner)
     return _result({"results": results, "count": len(results)})
 
 
@@ -96,16 +116,17 @@ def memory_add(
         category: One of preference, knowledge, context, behavior, goal, correction.
         confidence: How sure you are, from 0 to 1.
     """
+    owner = user_id or get_effective_user_id()
     try:
         memory, created = create_memory_fact_with_created_fact(
             content,
             category,
             confidence,
             agent_name,
-            user_id=user_id or get_effective_user_id(),
+            user_id=owner,
         )
     except Exception as exc:
-        return _error(exc)
+        return _error(exc, owner)
     if not any(fact.get("id") == created["id"] for fact in memory.get("facts", [])):
         return _result(
             {"error": "Fact not stored: memory is full and every kept fact has a higher confidence"}
@@ -130,6 +151,7 @@ def memory_update(
         category: New category.
         confidence: New confidence, from 0 to 1.
     """
+    owner = user_id or get_effective_user_id()
     try:
         update_memory_fact(
             fact_id,
@@ -137,10 +159,10 @@ def memory_update(
             category,
             confidence,
             agent_name,
-            user_id=user_id or get_effective_user_id(),
+            user_id=owner,
         )
     except Exception as exc:
-        return _error(exc)
+        return _error(exc, owner)
     return _result({"fact_id": fact_id, "status": "updated"})
 
 
@@ -150,10 +172,11 @@ def memory_delete(fact_id: str, *, user_id: str | None = None, agent_name: str |
     Args:
         fact_id: The id returned by memory_search or memory_add.
     """
+    owner = user_id or get_effective_user_id()
     try:
-        delete_memory_fact(fact_id, agent_name, user_id=user_id or get_effective_user_id())
+        delete_memory_fact(fact_id, agent_name, user_id=owner)
     except Exception as exc:
-        return _error(exc)
+        return _error(exc, owner)
     return _result({"fact_id": fact_id, "status": "deleted"})
 
 
@@ -164,13 +187,12 @@ def memory_context(query: str, *, user_id: str | None = None, agent_name: str | 
         query: The user's latest message, or what you are about to work on (at most 2000
             characters). Empty ranks facts by confidence.
     """
+    owner = user_id or get_effective_user_id()
     try:
         search_text("query", query, MAX_QUERY_CHARS)
-        block = MemoryMiddleware(agent_name).read_memory_context(
-            user_id=user_id or get_effective_user_id(), query=query
-        )
+        block = MemoryMiddleware(agent_name).read_memory_context(user_id=owner, query=query)
     except Exception as exc:
-        return _error(exc)
+        return _error(exc, owner)
     return _result({"context": block})
 
 

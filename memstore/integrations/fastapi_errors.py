@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from fastapi.exceptions import HTTPException, RequestValidationError
 
 from memstore.errors import (
+    EMBEDDINGS_FAILED_MESSAGE,
+    STORAGE_UNAVAILABLE_MESSAGE,
     DuplicateFactError,
     EmbeddingError,
     FactEditConflictError,
@@ -29,9 +31,6 @@ from memstore.errors import (
 )
 
 logger = logging.getLogger(__name__)
-
-UNAVAILABLE = "Memory storage is unavailable; try again later."
-EMBEDDINGS_FAILED = "The embeddings endpoint failed; try again later."
 
 
 @contextmanager
@@ -58,7 +57,7 @@ def mapped_errors(owner: str) -> Iterator[None]:
     except (StorageUnavailableError, StorageWriteError, StorageSetupError) as exc:
         # StorageWriteError: the provider's save returned False (the database refused the write).
         logger.warning("memory request of user %s answered 503, storage: %s", owner, exc)
-        raise HTTPException(503, UNAVAILABLE) from exc
+        raise HTTPException(503, STORAGE_UNAVAILABLE_MESSAGE) from exc
     except EmbeddingError as exc:
         logger.warning("memory request of user %s answered 503, embeddings: %s", owner, exc)
-        raise HTTPException(503, EMBEDDINGS_FAILED) from exc
+        raise HTTPException(503, EMBEDDINGS_FAILED_MESSAGE) from exc

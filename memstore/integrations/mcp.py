@@ -18,19 +18,21 @@ import json
 from collections.abc import Callable, Sequence
 from importlib.metadata import version
 from inspect import getdoc
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from pydantic import Field
 from starlette.datastructures import Headers
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memstore.document import DEFAULT_CATEGORY
 from memstore.gateway import tools
 from memstore.integrations.identity import IdentityHeaderError, user_from_header
-from memstore.scope import validate_user_id
+from memstore.scope import normalize_agent_name, validate_user_id
 from memstore.storage.records import SearchMode
 
 MCP_PATH = "/mcp"
@@ -38,6 +40,9 @@ MCP_PATH = "/mcp"
 MAX_MCP_BODY_BYTES = 256 * 1024
 
 Identity = Callable[[Context], str]
+# Checked before tool mode sees them, as the HTTP API checks its query: no "5", no true for 1.
+Limit = Annotated[int, Field(strict=True, ge=1, le=100)]
+Confidence = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
 
 INSTRUCTIONS = (
     "Long-term memory about the user. Call memory_context with the user's message to get what is "
@@ -81,6 +86,7 @@ def _answer(result: str) -> dict[str, Any]:
 
 def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> MCPServer:
     """The five memory tools over ``identity``'s user and the given agent's memory."""
+    agent_name = normalize_agent_name(agent_name)  # a bad name fails here, not on every call
     server: MCPServer = MCPServer(
         "memstore", version=version("memstore"), instructions=INSTRUCTIONS, log_level="WARNING"
     )
@@ -89,7 +95,7 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
         query: str,
         ctx: Context,
         category: str | None = None,
-        limit: int = 10,
+        limit: Limit = 10,
         mode: SearchMode | None = None,
     ) -> dict[str, Any]:
         user_id = identity(ctx)
@@ -98,7 +104,7 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
         )
 
     def memory_add(
-        content: str, ctx: Context, category: str = DEFAULT_CATEGORY, confidence: float = 0.7
+        content: str, ctx: Context, category: str = DEFAULT_CATEGORY, confidence: Confidence = 0.7
     ) -> dict[str, Any]:
         user_id = identity(ctx)
         return _answer(
@@ -110,7 +116,7 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
         ctx: Context,
         content: str | None = None,
         category: str | None = None,
-        confidence: float | None = None,
+        confidence: Confidence | None = None,
     ) -> dict[str, Any]:
         user_id = identity(ctx)
         return _answer(
@@ -139,23 +145,27 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
 def create_mcp_http_app(
     server: MCPServer, *, allowed_hosts: Sequence[str], user_header: str | None
 ) -> ASGIApp:
-    """The streamable HTTP app at ``/mcp``: Host and Origin checked, bodies capped, identity required.
+    """The streamable HTTP app at ``/mcp``, refusing in this order what ``memstore serve`` refuses:
 
-    With ``user_header``, a request without exactly one non-blank copy of it is refused (401 or
-    400) before the MCP layer sees it, as ``memstore serve`` does.
+    a ``Host`` it does not serve (400, DNS rebinding), then, with ``user_header``, a request
+    without exactly one non-blank copy of it (401 or 400); then the SDK's own checks: a browser
+    ``Origin`` of another site (403), a body over ``MAX_MCP_BODY_BYTES`` (413). Stateless: every
+    request stands alone, so a session id is nothing another caller could take over, and any
+    replica can answer it.
     """
     app: ASGIApp = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
+        stateless_http=True,
         max_request_body_size=MAX_MCP_BODY_BYTES,
         transport_security=_transport_security(allowed_hosts),
     )
     if user_header is not None:
         app = RequireIdentityHeader(app, user_header)
-    return app
+    return TrustedHostMiddleware(app, allowed_hosts=list(allowed_hosts), www_redirect=False)
 
 
 def _transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySettings:
-    """The SDK's DNS-rebinding check (Host and Origin) for the names ``memstore serve`` would accept."""
+    """The SDK's DNS-rebinding check (Host and Origin) for the same names; ``'*'`` turns it off."""
     if "*" in allowed_hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     return TransportSecuritySettings(

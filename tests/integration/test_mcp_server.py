@@ -8,6 +8,7 @@ storage: what a tool call claims is checked against the database.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import socket
 import subprocess
@@ -20,10 +21,14 @@ from typing import Any
 
 import httpx
 import httpx2
+import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
+from sqlalchemy import create_engine, make_url, text
 
+from memstore.errors import STORAGE_UNAVAILABLE_MESSAGE
 from memstore.scope import make_safe_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
@@ -31,6 +36,7 @@ from tests.integration.conftest import Cli
 
 TOOLS = ["memory_add", "memory_context", "memory_delete", "memory_search", "memory_update"]
 HEADER = "X-Memstore-User"
+ACCEPT_BOTH = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 STARTUP_ATTEMPTS = 600  # polls 0.1 s apart: generous for a loaded 2-core machine
 
 
@@ -106,9 +112,7 @@ def test_stdio_sessions_of_two_users_are_isolated(cli: Cli) -> None:
             assert (await _call(bob, "memory_search", query="tea"))["count"] == 0
             # A tool argument cannot name another user: the scope is the server's, not the model's.
             smuggled = await bob.call_tool("memory_search", {"query": "tea", "user_id": "alice"})
-            assert (
-                not isinstance(smuggled.structured_content, dict) or smuggled.structured_content["count"] == 0
-            )
+            assert not smuggled.is_error and smuggled.structured_content == {"results": [], "count": 0}
             assert "Fact not found" in await _error(bob, "memory_update", fact_id=fact_id, content="hijacked")
             assert "Fact not found" in await _error(bob, "memory_delete", fact_id=fact_id)
             assert "PIN" not in (await _call(bob, "memory_context", query="tea"))["context"]
@@ -142,7 +146,8 @@ def http_server(cli: Cli, *args: str) -> Iterator[str]:
             if process.poll() is not None:
                 raise AssertionError(f"memstore mcp exited: {process.communicate()}")
             try:
-                httpx.get(url, headers={HEADER: "probe"})
+                # A POST that is no JSON-RPC message: answered at once (a GET would open a stream).
+                httpx.post(url, content=b"{}", headers={HEADER: "probe", **ACCEPT_BOTH})
                 break
             except httpx.TransportError:
                 time.sleep(0.1)
@@ -197,12 +202,16 @@ def test_http_takes_each_callers_user_from_the_proxy_header(cli: Cli) -> None:
             url, json=initialize, headers=[*accept.items(), (HEADER, "bob"), (HEADER, "alice")]
         )
         assert twice.status_code == 400 and "2 times" in twice.json()["detail"]
-        rebound = httpx.post(url, json=initialize, headers={**accept, HEADER: "bob", "Host": "evil.example"})
-        assert rebound.status_code == 421
+        # DNS rebinding: a foreign Host is refused first, before the identity is even looked at.
+        rebound = httpx.post(url, json=initialize, headers={**accept, "Host": "evil.example"})
+        assert rebound.status_code == 400
+        assert httpx.get(url, headers={HEADER: "bob", "Host": "evil.example"}).status_code == 400
         cross_site = httpx.post(
             url, json=initialize, headers={**accept, HEADER: "bob", "Origin": "http://evil.example"}
         )
         assert cross_site.status_code == 403
+        huge = {**initialize, "padding": "x" * 300_000}
+        assert httpx.post(url, json=huge, headers={**accept, HEADER: "bob"}).status_code == 413
 
     assert _stored(cli.url, alice_id) == ["Alice is allergic to peanuts"]
     assert _stored(cli.url, "bob") == ["Bob is allergic to cats"]
@@ -225,6 +234,48 @@ def test_http_with_a_fixed_user_and_usage_errors(cli: Cli) -> None:
     assert bad_user.returncode == 1 and "user" in bad_user.stderr
     wildcard = cli("mcp", "--transport", "http", "--host", "0.0.0.0", "--user", "carol")
     assert wildcard.returncode == 2 and "--allowed-host" in wildcard.stderr
+    blank_header = cli("mcp", "--transport", "http", "--user-header", " ")
+    assert blank_header.returncode == 2 and "not an HTTP header name" in blank_header.stderr
+    bad_agent = cli("mcp", "--user", "carol", "--agent", "../../bad agent")
+    assert bad_agent.returncode == 1 and "Invalid agent_name" in bad_agent.stderr
+
+
+@pytest.mark.postgres
+def test_an_outage_is_a_generic_tool_error_and_a_logged_cause(pg_url: str, tmp_path: Path) -> None:
+    """The client learns the store is down; where it is (host, database) stays in the server's log."""
+    database = make_url(pg_url).database
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env["MEMSTORE_DATABASE_URL"] = pg_url
+    assert (
+        subprocess.run([_memstore(), "db", "upgrade"], env=env, capture_output=True, check=False).returncode
+        == 0
+    )
+    admin = create_engine(make_url(pg_url).set(database="postgres"), isolation_level="AUTOCOMMIT")
+    server_log = tmp_path / "server.log"
+
+    async def session() -> str:
+        parameters = StdioServerParameters(command=_memstore(), args=["mcp", "--user", "erin"], env=env)
+        with server_log.open("w") as errlog:
+            async with Client(stdio_client(parameters, errlog=errlog)) as client:
+                await _call(client, "memory_add", content="Erin keeps bees")
+                with admin.connect() as conn:
+                    conn.execute(text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS false'))
+                    conn.execute(
+                        text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"),
+                        {"name": database},
+                    )
+                return await _error(client, "memory_search", query="bees")
+
+    try:
+        refused = asyncio.run(session())
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS true'))
+        admin.dispose()
+    assert refused.endswith(STORAGE_UNAVAILABLE_MESSAGE)
+    assert str(database) not in refused and "127.0.0.1" not in refused
+    logged = server_log.read_text(encoding="utf-8")
+    assert "memory tool call of user erin failed, storage:" in logged and str(database) in logged
 
 
 def test_stdout_of_a_stdio_server_carries_only_the_protocol(cli: Cli) -> None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.document import MAX_FACT_CHARS
+from memstore.errors import STORAGE_UNAVAILABLE_MESSAGE
 from memstore.gateway.tools import (
     get_memory_tools,
     memory_add,
@@ -179,7 +183,9 @@ def test_memory_add_refuses_an_unknown_category() -> None:
     assert _json(memory_search("tea", user_id="alice")) == {"results": [], "count": 0}
 
 
-def test_memory_context_is_the_callers_block_and_says_why_it_failed(tmp_path: Path) -> None:
+def test_memory_context_is_the_callers_block_and_says_why_it_failed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     memory_add("Alice drinks green tea", "preference", user_id="alice")
     memory_add("Bob drinks coffee", "preference", user_id="bob")
 
@@ -188,14 +194,17 @@ def test_memory_context_is_the_callers_block_and_says_why_it_failed(tmp_path: Pa
     assert _json(memory_context("q" * 2001, user_id="alice")) == {
         "error": "query is 2001 characters, over the 2000 accepted"
     }
+    # Asked for explicitly, the block does not depend on the settings for automatic injection.
+    set_memory_config(MemoryConfig(data_dir=str(tmp_path / "data"), injection_enabled=False))
+    assert "green tea" in _json(memory_context("tea", user_id="alice"))["context"]
 
-    # Asked for explicitly, an outage is an error the caller sees, not an empty block.
+    # An outage is an error the caller sees, not an empty block; its cause (a path, a database
+    # host) stays in the server's log.
     (tmp_path / "not-a-dir").write_text("")
     set_memory_config(MemoryConfig(database_url=f"sqlite:///{tmp_path}/not-a-dir/memory.db"))
     reset_memory_storage()
-    failed = _json(memory_context("tea", user_id="alice"))
-    assert failed == {
-        "error": f"cannot create the SQLite database's folder {tmp_path / 'not-a-dir'}: File exists"
-    }
-    set_memory_config(MemoryConfig(enabled=False))
-    assert _json(memory_context("tea", user_id="alice")) == {"context": ""}
+    with caplog.at_level(logging.WARNING, logger="memstore.gateway.tools"):
+        failed = _json(memory_context("tea", user_id="alice"))
+    assert failed == {"error": STORAGE_UNAVAILABLE_MESSAGE}
+    [record] = caplog.records
+    assert record.getMessage().startswith("memory tool call of user alice failed, storage: cannot create")
