@@ -8,6 +8,7 @@ storage: what a tool call claims is checked against the database.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import socket
@@ -284,18 +285,28 @@ def test_stdout_of_a_stdio_server_carries_only_the_protocol(cli: Cli) -> None:
     request = (
         '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18",'
         '"capabilities":{},"clientInfo":{"name":"t","version":"1"}}}\n'
+        '{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+        '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"memory_add",'
+        '"arguments":{"content":"Dana rows at dawn"}}}\n'
     )
-    result = subprocess.run(
+    # stdin stays open until the answers are in: at end of input the server stops, as it should.
+    process = subprocess.Popen(
         [_memstore(), "mcp", "--user", "dana", "-v"],
-        input=request,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env=env,
-        capture_output=True,
         text=True,
-        timeout=60,
-        check=False,
     )
-    lines = result.stdout.splitlines()
-    assert lines and all(line.startswith('{"jsonrpc":"2.0"') for line in lines), result.stdout
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(request)
+    process.stdin.flush()
+    lines = [process.stdout.readline(), process.stdout.readline()]
+    rest, stderr = process.communicate(timeout=60)  # closes stdin: the server stops
+    result = subprocess.CompletedProcess(process.args, process.returncode, "".join(lines) + rest, stderr)
+    answers = [json.loads(line) for line in result.stdout.splitlines()]  # every line is a message
+    assert [answer["id"] for answer in answers] == [1, 2], result.stdout
+    assert answers[1]["result"]["structuredContent"]["status"] == "added"
     assert "MEMSTORE_TYPO" in result.stderr  # warned, but on stderr
     if cli.url.startswith("sqlite"):
         assert "migrated sqlite" in result.stderr  # the fresh file's first migration, logged by -v
