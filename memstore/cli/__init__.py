@@ -10,6 +10,7 @@ import click
 from sqlalchemy.exc import DBAPIError
 
 from memstore import __name__ as _package
+from memstore.cli.help import add_help
 from memstore.cli.output import CliError
 from memstore.config import CONFIG_PATH_ENV, set_memory_config
 from memstore.errors import MemstoreError
@@ -128,6 +129,7 @@ def _register() -> None:
     main.add_command(vacuum)
     main.add_command(worker)
     _add_common_options(main)
+    add_help(main)
 
 
 def _add_common_options(command: click.Command) -> None:

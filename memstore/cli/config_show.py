@@ -62,10 +62,7 @@ def config() -> None:
 @config.command()
 @click.option("--json", "as_json", is_flag=True, help="Print {setting: {value, source}} as JSON.")
 def show(as_json: bool) -> None:
-    """The effective settings and where each came from; secrets masked.
-
-    Example: memstore config show --config /etc/memstore.yaml
-    """
+    """The effective settings and where each came from; secrets masked."""
     shown = settings_with_sources(get_memory_config())
     if as_json:
         echo_json(shown)

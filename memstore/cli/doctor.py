@@ -14,10 +14,7 @@ from memstore.ops.doctor import diagnose
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 def doctor(as_json: bool) -> None:
-    """Check the database URL, schema, queue, LLM and embeddings endpoints and token encoding.
-
-    Example: memstore doctor || echo "see the lines marked fail"
-    """
+    """Check the database URL, schema, queue, LLM and embeddings endpoints and token encoding."""
     findings = diagnose()
     if as_json:
         echo_json([asdict(finding) for finding in findings])

@@ -18,9 +18,7 @@ from memstore.storage.loader import get_memory_storage
 DEFAULT_MCP_PORT = 8001  # next to memstore serve's 8000, so both can run on one host
 
 
-@click.command(
-    epilog="Example: memstore mcp --user alice   (stdio; an MCP client starts this command itself)"
-)
+@click.command()
 @click.option(
     "--transport",
     type=click.Choice(["stdio", "http"]),
@@ -28,26 +26,22 @@ DEFAULT_MCP_PORT = 8001  # next to memstore serve's 8000, so both can run on one
     show_default=True,
     help="stdio: the client runs this command; http: streamable HTTP at /mcp.",
 )
-@click.option("--host", default="127.0.0.1", show_default=True, metavar="ADDRESS", help="HTTP: address.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address.")
 @click.option(
     "--port",
     default=DEFAULT_MCP_PORT,
     show_default=True,
     type=click.IntRange(1, 65535),
-    metavar="PORT",
     help="HTTP: port.",
 )
-@click.option("--user", "user_id", metavar="ID", help="Every tool call acts as this user.")
+@click.option("--user", "user_id", help="Every tool call acts as this user.")
 @click.option(
     "--user-header",
     callback=header_name,
-    metavar="NAME",
     help="HTTP: take the user from this request header (through make_safe_user_id). Only behind a "
     "reverse proxy that authenticates callers and replaces any copy a client sent.",
 )
-@click.option(
-    "--agent", "agent_name", metavar="NAME", help="Use this agent's memory instead of the user's own."
-)
+@click.option("--agent", "agent_name", help="Use this agent's memory instead of the user's own.")
 @ALLOWED_HOST
 def mcp(
     transport: Literal["stdio", "http"],
