@@ -280,6 +280,8 @@ def _read_yaml_section(path: Path) -> dict[str, Any]:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"memory config file not found: {path}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read memory config file {path}: {exc}") from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"memory config file {path} is not valid YAML: {exc}") from exc
     if loaded is None:
@@ -331,6 +333,12 @@ def load_memory_config(path: str | os.PathLike[str] | None = None) -> MemoryConf
         logger.warning("%s", message)
     config_path = path if path is not None else os.environ.get(CONFIG_PATH_ENV)
     from_file = _read_yaml_section(Path(config_path)) if config_path else {}
+    # Exact names only: pydantic-settings would match the file's keys in any case, and take
+    # keys such as _env_file as its own options.
+    unknown = [key for key in from_file if key not in MemoryConfig.model_fields]
+    if unknown:
+        problems = "; ".join(f"{key}: Extra inputs are not permitted" for key in unknown)
+        raise ConfigError(f"invalid memory config: {problems}")
     try:
         loaded = _LoadedMemoryConfig(**from_file)
     except ValidationError as exc:

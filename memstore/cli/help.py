@@ -19,15 +19,15 @@ EXAMPLES = {
     "demo": "memstore demo",
     "doctor": "memstore doctor --json",
     "embed": "memstore embed --status",
-    "erase": "memstore erase --user alice@example.com --yes",
+    "erase": "memstore erase --user alice@example.com   # asks first; --yes in scripts",
     "export": "memstore export backup/ --user alice",
     "facts list": "memstore facts list --user alice --category preference --limit 20",
     "facts search": "memstore facts search 'green tea' --user alice --mode fulltext",
     "history": "memstore history --user alice --fact fact_1a2b3c4d",
     "import": "memstore import deerflow-memory/ --dry-run",
     "lifecycle run": "memstore lifecycle run --dry-run --below 0.2",
-    "mcp": "memstore mcp --user alice",
-    "queue purge": "memstore queue purge --all --yes",
+    "mcp": "memstore mcp --user alice   # an MCP client starts this and talks over stdin/stdout",
+    "queue purge": "memstore queue purge 12 13   # asks first; --yes in scripts",
     "queue retry": "memstore queue retry 12 13",
     "queue status": "memstore queue status --json",
     "serve": "memstore serve --user-header X-Forwarded-User --port 8000",
@@ -58,7 +58,7 @@ def metavar_for(param: click.Option) -> str | None:
     if isinstance(kind, click.Choice | click.Path):
         return None  # [a|b|c] and PATH/DIRECTORY already say what goes there
     if isinstance(kind, click.DateTime):
-        return "DATE"
+        return "YYYY-MM-DD[THH:MM:SS[+HHMM]]"  # the formats it accepts, without strftime codes
     if isinstance(kind, click.IntRange) or kind is click.INT:
         return "N"
     if isinstance(kind, click.FloatRange) or kind is click.FLOAT:

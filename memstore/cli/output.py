@@ -13,16 +13,17 @@ import io
 import json
 import os
 import sys
-import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
 
 import click
 
+from memstore.ops.view import one_line
 from memstore.scope import lookup_user_id
 
 MAX_CELL = 60
+LAST_COLUMN_MIN = 24  # on a narrow terminal the last column shrinks to this, and rows wrap beyond
 PLAIN_WIDTH = 100_000  # plain tables are never wrapped to a terminal width: cells are capped instead
 
 
@@ -36,14 +37,33 @@ def echo_json(value: Any) -> None:
 
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """One row per line, columns aligned by display width (CJK text takes two cells a character)."""
+    """One row per line, columns aligned by display width (CJK text takes two cells a character).
+
+    Every column is as wide as its widest cell (at most ``MAX_CELL``), so no id or number is
+    cut; on a narrow terminal only the last column (the free text) gives way, down to
+    ``LAST_COLUMN_MIN``, and a row that still does not fit wraps as the terminal wraps it.
+    """
     from rich import box  # imported on use: a command that prints no table starts 0.2 s sooner
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
     stdout = sys.stdout
     fancy = styled(stdout)
+    cells = [[_cell(value) for value in row] for row in rows]
+    widths = [
+        min(MAX_CELL, max([cell_len(header), *(cell_len(row[index]) for row in cells)]))
+        for index, header in enumerate(headers)
+    ]
+    gap = 3  # a space each side of a cell, and the box's blank column rule between cells
+    console = None
+    if fancy:
+        terminal = Console(file=stdout).width
+        fixed = sum(widths[:-1]) + gap * (len(widths) - 1)
+        shortest = min(widths[-1], max(cell_len(headers[-1]), LAST_COLUMN_MIN))
+        widths[-1] = max(shortest, min(widths[-1], terminal - fixed))
+        console = Console(file=stdout, highlight=False, width=max(terminal, fixed + widths[-1]))
     table = Table(
         box=box.SIMPLE_HEAD if fancy else None,
         header_style="bold" if fancy else "",
@@ -51,12 +71,12 @@ def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None
         pad_edge=False,
         padding=(0, 1),
     )
-    for header in headers:
-        table.add_column(header, max_width=MAX_CELL, overflow="ellipsis", no_wrap=True)
-    for row in rows:
-        table.add_row(*(Text(_cell(value)) for value in row))
-    if fancy:
-        Console(file=stdout, highlight=False).print(table)
+    for header, width in zip(headers, widths, strict=True):
+        table.add_column(header, width=width, overflow="ellipsis", no_wrap=True)
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
+    if console is not None:
+        console.print(table, crop=False)
         return
     rendered = io.StringIO()
     Console(file=rendered, width=PLAIN_WIDTH, no_color=True, highlight=False).print(table)
@@ -123,10 +143,8 @@ def echo_counts(title: str, counts: dict[str, int]) -> None:
 
 
 def _cell(value: object) -> str:
-    """One line of text: floats to two places, every run of whitespace (newlines too) one space,
-    and no control characters, so a stored escape sequence cannot drive the terminal."""
-    text = "" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value)
-    return "".join(char for char in " ".join(text.split()) if unicodedata.category(char) != "Cc")
+    """Floats to two places; text as ``one_line`` makes it (no escapes, no extra rows)."""
+    return one_line("" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value))
 
 
 def user_id_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

@@ -11,6 +11,7 @@ import click
 from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
 from memstore.cli.output import progress, user_id_option
 from memstore.ops.transfer import ImportReport, export_scopes, import_entries
+from memstore.ops.view import one_line
 from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
 from memstore.storage.file.layout import TreeEntry, discover_tree
@@ -96,4 +97,4 @@ def _print_report(report: ImportReport, *, dry_run: bool, as_json: bool) -> None
         f"{verb}: {len(report.imported)}  unchanged: {len(report.unchanged)}  invalid: {len(report.invalid)}"
     )
     for path, reason in report.invalid:
-        click.echo(f"  invalid {path}: {reason}")
+        click.echo(f"  invalid {one_line(str(path))}: {one_line(reason)}")

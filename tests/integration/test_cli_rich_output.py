@@ -16,8 +16,8 @@ import pytest
 from tests.support.terminal import memstore_executable, run_on_terminal
 
 BOLD = "\x1b[1m"
-HOSTILE = "[bold red]Alice[/bold red] likes \x1b[2J\x1b[31mred\x1b[0m tea"
-INERT = "[bold red]Alice[/bold red] likes [2J[31mred[0m tea"
+HOSTILE = "[bold red]Alice[/bold red] likes \x1b[2J\x1b[31mred\x1b[0m\n\u202etea \x9b32m"
+INERT = "[bold red]Alice[/bold red] likes [2J[31mred[0m tea 32m"
 
 
 @pytest.fixture
@@ -74,6 +74,24 @@ def test_a_table_is_styled_on_a_terminal_and_plain_elsewhere(env: dict[str, str]
 
     code, _, no_color = run_on_terminal({**env, "NO_COLOR": "1"}, "facts", "list", stdout_too=True)
     assert code == 0 and no_color == piped.stdout
+
+
+def test_a_narrow_terminal_cuts_only_the_free_text(env: dict[str, str]) -> None:
+    _seed(env)
+    piped = _piped(env, "facts", "list", "--json")
+    ids = [fact["fact_id"] for fact in json.loads(piped.stdout)["facts"]]
+    code, _, terminal = run_on_terminal(env, "facts", "list", stdout_too=True, columns=60)
+    assert code == 0
+    assert all(fact_id in terminal for fact_id in ids)  # never "fact_1a…"
+    for header in ("USER", "AGENT", "ID", "CATEGORY", "CONF", "CREATED", "CONTENT"):
+        assert header in terminal
+
+
+def test_show_prints_stored_text_inert(env: dict[str, str]) -> None:
+    _seed(env)
+    code, _, terminal = run_on_terminal(env, "show", "--user", "alice", stdout_too=True)
+    assert code == 0 and INERT in terminal
+    assert all(mark not in terminal for mark in ("\x1b[2J", "\x9b", "\u202e"))
 
 
 def test_json_does_not_change_on_a_terminal(env: dict[str, str]) -> None:

@@ -22,18 +22,20 @@ def memstore_executable() -> str:
     return executable
 
 
-def run_on_terminal(env: dict[str, str], *args: str, stdout_too: bool = False) -> tuple[int, str, str]:
+def run_on_terminal(
+    env: dict[str, str], *args: str, stdout_too: bool = False, columns: int = COLUMNS
+) -> tuple[int, str, str]:
     """``(exit code, piped stdout, terminal text)``: stderr (and stdout with ``stdout_too``) on a
-    160-column pseudo-terminal. The terminal turns ``\\n`` into ``\\r\\n``; the text is given back
-    with plain ``\\n``."""
+    ``columns``-wide pseudo-terminal. The terminal turns ``\\n`` into ``\\r\\n``; the text is
+    given back with plain ``\\n``."""
     controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLUMNS, 0, 0))
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, columns, 0, 0))
     process = subprocess.Popen(
         [memstore_executable(), *args],
         stdin=subprocess.DEVNULL,  # Rich asks stdin for the terminal size first: not the runner's
         stdout=terminal if stdout_too else subprocess.PIPE,
         stderr=terminal,
-        env={**env, "COLUMNS": str(COLUMNS), "LINES": str(ROWS)},
+        env={**env, "COLUMNS": str(columns), "LINES": str(ROWS)},
         text=True,
     )
     os.close(terminal)

@@ -38,7 +38,7 @@ def test_the_example_parses_with_its_command(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "deerflow-memory").mkdir()  # import checks that its PATH exists
-    words = shlex.split(EXAMPLES[path])
+    words = shlex.split(EXAMPLES[path], comments=True)
     depth = len(path.split())
     assert words[: depth + 1] == ["memstore", *path.split()]
     context = LEAVES[path].make_context(path, words[depth + 1 :])  # raises on any bad option or value

@@ -158,3 +158,20 @@ def test_a_loaded_config_is_a_plain_memory_config(tmp_path: Path, monkeypatch: p
     assert loaded == MemoryConfig(max_facts=42, llm_api_key=SecretStr("sk-from-env"))
     with pytest.raises(ValueError, match="max_facts"):
         loaded.max_facts = 1  # still validated on assignment
+
+
+@pytest.mark.parametrize("key", ["MAX_FACTS", "Database_Url", "_env_file", "_cli_parse_args", 7])
+def test_a_file_key_must_be_a_setting_name_exactly(tmp_path: Path, key: object) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"memory:\n  {key}: 30\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"^invalid memory config: {key}: Extra inputs are not permitted$"):
+        load_memory_config(path)
+
+
+def test_an_unreadable_file_is_an_error_naming_it(tmp_path: Path) -> None:
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"memory:\n  max_facts: \xf0\x28\x8c\x28\n")
+    with pytest.raises(ConfigError, match=f"^cannot read memory config file {binary}: 'utf-8' codec"):
+        load_memory_config(binary)
+    with pytest.raises(ConfigError, match=f"^cannot read memory config file {tmp_path}: "):
+        load_memory_config(tmp_path)
