@@ -34,7 +34,7 @@ EXAMPLES = {
     "show": "memstore show --user alice --agent coder",
     "stats": "memstore stats --json",
     "vacuum": "memstore vacuum --older-than 90",
-    "worker": "memstore worker --workers 4",
+    "worker": "memstore worker --workers 4 --metrics-port 9464",
 }
 
 # What a string option holds, by its parameter name; any other string option shows its name.
@@ -44,6 +44,8 @@ _NAMED = {
     "fact_id": "FACT_ID",
     "host": "ADDRESS",
     "port": "PORT",
+    "metrics_port": "PORT",
+    "metrics_host": "ADDRESS",
     "user_header": "HEADER",
     "text": "SUBSTRING",
 }

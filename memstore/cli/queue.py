@@ -13,6 +13,7 @@ import click
 
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_json, echo_table
+from memstore.cli.worker_metrics import serve_metrics
 from memstore.config import get_memory_config
 from memstore.errors import ConfigError
 from memstore.ops.lifecycle import run_lifecycle
@@ -30,13 +31,21 @@ logger = logging.getLogger(__name__)
     default=None,
     help="Worker threads (default: queue_workers, or 4 when that is 0).",
 )
-def worker(workers: int | None) -> None:
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help="Serve Prometheus /metrics on this port (off by default).",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+def worker(workers: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run queue workers without a gateway, until SIGTERM or Ctrl-C.
 
     Each worker claims one scope at a time from the database queue, runs its conversations
     through the updater and saves them. On SIGTERM it stops claiming and waits up to
     shutdown_timeout_seconds for running conversations; what it does not finish stays queued.
     With expire_below set, it also runs `memstore lifecycle run` every lifecycle_interval_seconds.
+    --metrics-port serves this process's Prometheus series and the queue's gauges.
     """
     config = get_memory_config()
     if config.queue_backend == "memory":
@@ -50,14 +59,19 @@ def worker(workers: int | None) -> None:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    metrics = serve_metrics(metrics_host, metrics_port) if metrics_port is not None else None
     queue = DatabaseUpdateQueue(database_url_from_config(config), workers=count)
     click.echo(f"memstore worker: {count} worker(s) on {queue.url} as {queue.owner}", err=True)
+    if metrics is not None:
+        click.echo(f"memstore worker: metrics at http://{metrics_host}:{metrics_port}/metrics", err=True)
     next_lifecycle = time.monotonic()
     while not stop.wait(1.0):
         if config.expire_below is not None and time.monotonic() >= next_lifecycle:
             next_lifecycle = time.monotonic() + config.lifecycle_interval_seconds
             _expire()
     finished = queue.shutdown(config.shutdown_timeout_seconds)
+    if metrics is not None:
+        metrics.shutdown()
     click.echo(f"memstore worker: stopped ({queue.stats.updated} updated)", err=True)
     if not finished:
         raise SystemExit(1)

@@ -6,17 +6,17 @@ shared database, so they are read from it at each scrape. A scrape that cannot r
 them out and logs why at WARNING; the process's own series are served all the same.
 
 ``create_metrics_router()`` mounts it on a FastAPI app (``memstore serve`` does); a gateway on
-another framework answers its own ``/metrics`` with ``render_metrics()``.
+another framework answers its own ``/metrics`` with ``render_metrics()``, and ``memstore worker
+--metrics-port`` serves it on its own. FastAPI is imported only by the router, so neither of
+those needs the ``server`` extra.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from fastapi import APIRouter
-from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -28,6 +28,9 @@ from memstore.ops.queue import queue_status
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql.provider import SqlMemoryStorage
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +75,10 @@ def render_metrics(storage: MemoryStorage | None = None) -> tuple[bytes, str]:
 
 def create_metrics_router(storage: MemoryStorage | None = None) -> APIRouter:
     """``GET /metrics`` at the app's root: no identity, and no label that names a user or a fact."""
+    from fastapi import APIRouter
+    from fastapi.concurrency import run_in_threadpool
+    from fastapi.responses import Response
+
     router = APIRouter(tags=["health"])
 
     @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
