@@ -81,7 +81,8 @@ def create_metrics_router(storage: MemoryStorage | None = None) -> APIRouter:
 
     router = APIRouter(tags=["health"])
 
-    @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+    # response_model=None: the return annotation is a string naming a lazily imported class.
+    @router.get("/metrics", summary="Prometheus metrics", response_class=Response, response_model=None)
     async def metrics() -> Response:
         body, content_type = await run_in_threadpool(render_metrics, storage)  # the gauges query
         return Response(body, media_type=content_type)

@@ -6,12 +6,15 @@ parsed by prometheus-client's own parser, counts that extraction and shows the q
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -112,3 +115,21 @@ def test_a_busy_metrics_port_is_exit_5(cli: Cli) -> None:
         port = taken.getsockname()[1]
         result = cli("worker", "--metrics-port", str(port))
     assert result.returncode == 5 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_render_metrics_needs_no_fastapi(tmp_path: Path) -> None:
+    """Gateways on other frameworks, and the worker, serve the scrape without the server extra."""
+    script = (
+        "import sys\n"
+        "sys.modules['fastapi'] = None  # any import of it now fails\n"
+        "from memstore.integrations.metrics import render_metrics\n"
+        "body, content_type = render_metrics()\n"
+        "print(content_type.split(';')[0], b'memstore_queue_pending' in body)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
+    env["MEMSTORE_DATA_DIR"] = str(tmp_path / "data")
+    result = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "text/plain True\n"
