@@ -66,11 +66,10 @@ def header_identity(name: str) -> Identity:
 
     def from_header(ctx: Context) -> str:
         headers = ctx.headers
-        if headers is None:
+        if not isinstance(headers, Headers):  # stdio: no HTTP request behind the call
             raise ToolError(f"no {name} header: this transport carries no HTTP headers")
-        copies = headers.getlist(name) if isinstance(headers, Headers) else [headers.get(name) or ""]
         try:
-            return user_from_header(name, [copy for copy in copies if copy])
+            return user_from_header(name, headers.getlist(name))
         except IdentityHeaderError as exc:
             raise ToolError(exc.detail) from exc
 
