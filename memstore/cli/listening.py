@@ -60,17 +60,15 @@ def allowed_hosts_or_fail(bind_host: str, given: tuple[str, ...]) -> list[str]:
 
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port``; exit 5 with one line when the address cannot be had."""
+    listener: socket.socket | None = None
     try:
         family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
         listener = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as exc:
-        echo_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-        raise SystemExit(EXIT_CANNOT_LISTEN) from exc
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind((host, port))
     except OSError as exc:
-        listener.close()
+        if listener is not None:
+            listener.close()
         echo_error(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
         raise SystemExit(EXIT_CANNOT_LISTEN) from exc
     return listener
