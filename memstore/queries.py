@@ -18,6 +18,7 @@ from memstore.ops.queries import (
     operations_of,
     search_facts,
     vacuum,
+    vacuum_counts,
 )
 from memstore.storage.records import ANY_AGENT, FactFilter, FactPage, FactRecord, HistoryEntry, MemoryStats
 
@@ -38,4 +39,5 @@ __all__ = [
     "operations_of",
     "search_facts",
     "vacuum",
+    "vacuum_counts",
 ]

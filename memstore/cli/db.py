@@ -15,9 +15,11 @@ from alembic.util import CommandError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from memstore.cli.confirm import confirm_deletion, echo_listing, yes_option
 from memstore.config import get_memory_config
 from memstore.storage.loader import load_storage_class
 from memstore.storage.sql import SqlMemoryStorage, migrate
+from memstore.storage.sql.downgrade_plan import Dropped, plan_downgrade
 from memstore.storage.sql.engine import database_url_from_config, dispose_engines, mask_url
 
 url_option = click.option(
@@ -48,11 +50,25 @@ def upgrade(revision: str, url: str | None) -> None:
 @db.command()
 @click.argument("revision")
 @url_option
-def downgrade(revision: str, url: str | None) -> None:
-    """Downgrade the database to REVISION ("base" drops every memstore table)."""
+@yes_option
+def downgrade(revision: str, url: str | None, yes: bool) -> None:
+    """Downgrade the database to REVISION ("base" drops every memstore table).
+
+    First lists (on stderr) the tables, columns and indexes it drops, with the rows holding data
+    in each; when any holds data it asks, and needs --yes without a terminal.
+    """
     url = _resolve(url)
     with _reporting(url):
-        before, after = migrate.downgrade(url, revision)
+        plan = plan_downgrade(url, revision)
+    if plan.drops:
+        echo_listing(
+            f"downgrading {mask_url(url)} from {_label(plan.current)} to {_label(plan.target)} drops:",
+            map(_dropped, plan.drops),
+        )
+    if plan.loses_data:
+        confirm_deletion("downgrade", "Drop them, and the data they hold?", yes=yes)
+    with _reporting(url):
+        before, after = migrate.downgrade(url, plan.target or "base")
     click.echo(_moved(url, before, after))
 
 
@@ -142,6 +158,12 @@ def _moved(url: str, before: str | None, after: str | None) -> str:
     if before == after:
         return f"{mask_url(url)}: already at {_label(after)}"
     return f"{mask_url(url)}: {_label(before)} -> {_label(after)}"
+
+
+def _dropped(drop: Dropped) -> str:
+    if drop.rows is None:
+        return f"{drop.kind} {drop.name}"
+    return f"{drop.kind} {drop.name}: {drop.rows} row{'' if drop.rows == 1 else 's'}"
 
 
 def _label(revision: str | None) -> str:

@@ -3,7 +3,7 @@
 EXIT_ERROR = 1
 """A memstore error, printed as one line on stderr."""
 EXIT_USAGE = 2
-"""Click's usage error: unknown option, bad value."""
+"""Click's usage error: unknown option, bad value; or a deletion without ``--yes`` and no terminal."""
 EXIT_INVALID_ITEMS = 3
 """``import`` finished, but some items were invalid (the valid ones were imported)."""
 EXIT_NOTHING_MATCHED = 4

@@ -12,7 +12,7 @@ import click
 EXAMPLES = {
     "config show": "memstore config show --json",
     "db current": "memstore db current --url postgresql://memstore@db.internal/memstore",
-    "db downgrade": "memstore db downgrade 0005",
+    "db downgrade": "memstore db downgrade 0005   # lists what it drops; asks if that holds data",
     "db history": "memstore db history",
     "db sql": "memstore db sql --dialect postgresql --from 0005 --to head",
     "db upgrade": "memstore db upgrade",
@@ -33,7 +33,7 @@ EXAMPLES = {
     "serve": "memstore serve --user-header X-Forwarded-User --port 8000",
     "show": "memstore show --user alice --agent coder",
     "stats": "memstore stats --json",
-    "vacuum": "memstore vacuum --older-than 90",
+    "vacuum": "memstore vacuum --older-than 90   # lists what it purges, asks; --yes in scripts",
     "worker": "memstore worker --workers 4 --metrics-port 9464",
 }
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import click
 
+from memstore.cli.confirm import confirm_deletion, echo_listing, yes_option
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_counts, echo_json, user_id_option
-from memstore.queries import erase_user, list_scopes
+from memstore.queries import erase_user, list_scopes, vacuum_counts
 from memstore.queries import vacuum as vacuum_store
 
 
@@ -17,7 +17,7 @@ from memstore.queries import vacuum as vacuum_store
 @click.option(
     "--user", "user_id", callback=user_id_option, required=True, help="The user whose memory is erased."
 )
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation (required without a terminal).")
+@yes_option
 @click.option("--json", "as_json", is_flag=True, help="Print the deleted row counts as JSON.")
 def erase(user_id: str, yes: bool, as_json: bool) -> None:
     """Delete every row of a user: all scopes, facts, summaries and audit history.
@@ -26,10 +26,7 @@ def erase(user_id: str, yes: bool, as_json: bool) -> None:
     provider), so the memory does not come back. Exits with 4 when nothing was stored for the
     user (usually a mistyped id); the erasure is recorded all the same, for updates still queued.
     """
-    if not yes:
-        if not sys.stdin.isatty():
-            raise click.UsageError("refusing to erase without --yes when not run from a terminal")
-        click.confirm(f"Erase all memory of user {user_id!r}? This cannot be undone", abort=True)
+    confirm_deletion("erase", f"Erase all memory of user {user_id!r}? This cannot be undone", yes=yes)
     stored = bool(list_scopes(user_id))
     counts = erase_user(user_id)
     if not stored:
@@ -55,14 +52,25 @@ def erase(user_id: str, yes: bool, as_json: bool) -> None:
     type=click.IntRange(min=0),
     help="Purge audit history and tombstones older than this many days.",
 )
+@yes_option
 @click.option("--json", "as_json", is_flag=True, help="Print the purged row counts as JSON.")
-def vacuum(days: int, as_json: bool) -> None:
+def vacuum(days: int, yes: bool, as_json: bool) -> None:
     """Purge old audit history, tombstones of deleted facts and erasure records.
 
     Live memory is never touched. A writer holding a document older than the purge can no
     longer merge it; its save is refused and logged instead of resurrecting purged facts.
+    When it would purge any row it lists them per table (on stderr) and asks first.
     """
-    counts = vacuum_store(timedelta(days=days))
+    now, older_than = datetime.now(UTC), timedelta(days=days)
+    pending = vacuum_counts(older_than, now=now)  # None: a provider that cannot count ahead
+    if pending is None or any(pending.values()):
+        if pending:
+            echo_listing(
+                f"vacuum purges rows older than {days} day(s):", (f"{t}: {n}" for t, n in pending.items())
+            )
+        question = f"Purge what is older than {days} day(s)? This cannot be undone"
+        confirm_deletion("vacuum", question, yes=yes)
+    counts = vacuum_store(older_than, now=now)
     if as_json:
         echo_json({"older_than_days": days, "purged": counts})
     elif counts:

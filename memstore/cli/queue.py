@@ -11,13 +11,14 @@ from typing import Any
 
 import click
 
+from memstore.cli.confirm import confirm_deletion, echo_listing, yes_option
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_json, echo_table
 from memstore.cli.worker_metrics import serve_metrics
 from memstore.config import get_memory_config
 from memstore.errors import ConfigError
 from memstore.ops.lifecycle import run_lifecycle
-from memstore.ops.queue import purge_dead, queue_status, retry_dead
+from memstore.ops.queue import purge_counts, purge_dead, queue_status, retry_dead
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.storage.sql.engine import database_url_from_config
 
@@ -146,12 +147,20 @@ def retry(ids: tuple[int, ...], all_dead: bool) -> None:
 @queue.command()
 @click.argument("ids", nargs=-1, type=int)
 @click.option("--all", "all_dead", is_flag=True, help="Every dead conversation.")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 def purge(ids: tuple[int, ...], all_dead: bool, yes: bool) -> None:
-    """Delete dead conversations for good."""
+    """Delete dead conversations for good.
+
+    First lists them per state and user (on stderr), then asks.
+    """
     selected = _ids(ids, all_dead)
-    if not yes:
-        click.confirm("Delete these dead conversations? They will not be processed", abort=True)
+    doomed = purge_counts(selected)
+    if doomed:
+        echo_listing(
+            f"queue purge deletes {sum(rows for *_, rows in doomed)} conversation(s):",
+            (f"{state}, user {user_id or '(none)'}: {rows}" for state, user_id, rows in doomed),
+        )
+        confirm_deletion("purge", "Delete them? They will not be processed", yes=yes)
     count = purge_dead(selected)
     click.echo(f"{count} dead conversation(s) deleted")
     if not count:

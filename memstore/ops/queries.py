@@ -26,6 +26,7 @@ from memstore.inject.relevance import (
 from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, validate_user_id
 from memstore.storage.base import MemoryStorage
+from memstore.storage.file import FileMemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.operations import StorageOperations
 from memstore.storage.records import (
@@ -42,6 +43,7 @@ from memstore.storage.records import (
     check_paging,
     with_scores,
 )
+from memstore.storage.sql import SqlMemoryStorage, maintenance
 from memstore.storage.vectors import VectorStore, semantic_parts
 
 HYBRID_POOL = 50
@@ -190,8 +192,32 @@ def erase_user(user_id: str, *, storage: MemoryStorage | None = None) -> dict[st
     return operations_of(storage).erase_user(user_id)
 
 
-def vacuum(older_than: timedelta, *, storage: MemoryStorage | None = None) -> dict[str, int]:
-    """Purge audit history and tombstones older than ``older_than``; returns the counts purged."""
+def vacuum(
+    older_than: timedelta, *, storage: MemoryStorage | None = None, now: datetime | None = None
+) -> dict[str, int]:
+    """Purge audit history and tombstones older than ``older_than``; returns the counts purged.
+
+    ``now`` (default: the call's time) is what ``older_than`` counts back from: given the one
+    ``vacuum_counts`` used, the purge deletes no row that was not counted (rows only get newer).
+    """
+    return operations_of(storage).vacuum(_horizon(older_than, now))
+
+
+def vacuum_counts(
+    older_than: timedelta, *, storage: MemoryStorage | None = None, now: datetime | None = None
+) -> dict[str, int] | None:
+    """The rows ``vacuum`` would purge, per table, counted without deleting any.
+
+    ``{}`` on the file provider, which keeps no history or tombstones; ``None`` on any other
+    provider, which cannot tell in advance.
+    """
+    operations = operations_of(storage)
+    if isinstance(operations, SqlMemoryStorage):
+        return maintenance.vacuum_counts(operations.engine, _horizon(older_than, now))
+    return {} if isinstance(operations, FileMemoryStorage) else None
+
+
+def _horizon(older_than: timedelta, now: datetime | None) -> datetime:
     if older_than < timedelta(0):
         raise QueryError("older_than must not be negative")
-    return operations_of(storage).vacuum(datetime.now(UTC) - older_than)
+    return (now or datetime.now(UTC)) - older_than

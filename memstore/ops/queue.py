@@ -54,6 +54,13 @@ def retry_dead(ids: list[int] | None = None, storage: MemoryStorage | None = Non
     return _run(storage, lambda conn, now: queue_admin.retry_dead(conn, now, ids), write=True)
 
 
+def purge_counts(
+    ids: list[int] | None = None, storage: MemoryStorage | None = None
+) -> list[tuple[str, str, int]]:
+    """The dead conversations ``purge_dead`` would delete, as ``(state, user_id, rows)``."""
+    return _run(storage, lambda conn, _now: queue_admin.purge_counts(conn, ids), write=False)
+
+
 def purge_dead(ids: list[int] | None = None, storage: MemoryStorage | None = None) -> int:
     """Delete dead conversations (all, or ``ids``); returns how many."""
     return _run(storage, lambda conn, _now: queue_admin.purge_dead(conn, ids), write=True)

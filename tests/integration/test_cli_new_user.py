@@ -61,7 +61,7 @@ def test_erase_of_an_unknown_user_erases_nothing_and_says_so(cli: Cli, tmp_path:
     assert "nothing was stored for user 'alcie' (check the id)" in typo.stderr
     assert typo.stdout == ""
     # The erasure is still recorded (updates for the id may be queued); vacuum purges such records.
-    purged = cli.json("vacuum", "--older-than", "0")
+    purged = cli.json("vacuum", "--older-than", "0", "--yes")
     assert purged["purged"]["memory_erasures"] == 1
     assert "Alice drinks tea" in cli("show", "--user", "alice").stdout
 

@@ -169,7 +169,7 @@ def test_erase_needs_confirmation_then_removes_every_row(seeded: Cli) -> None:
 def test_vacuum_purges_history(seeded: Cli) -> None:
     kept = seeded.json("vacuum", "--older-than", "30")
     assert kept["purged"] == {"memory_facts": 0, "memory_history": 0, "memory_erasures": 0}
-    purged = seeded.json("vacuum", "--older-than", "0")
+    purged = seeded.json("vacuum", "--older-than", "0", "--yes")
     assert purged["purged"]["memory_history"] > 0
     assert seeded.json("history", "--user", "alice") == []
     assert seeded.json("stats")["facts"] == 5  # live memory untouched

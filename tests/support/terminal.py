@@ -23,22 +23,30 @@ def memstore_executable() -> str:
 
 
 def run_on_terminal(
-    env: dict[str, str], *args: str, stdout_too: bool = False, columns: int = COLUMNS
+    env: dict[str, str],
+    *args: str,
+    stdout_too: bool = False,
+    columns: int = COLUMNS,
+    answer: str | None = None,
 ) -> tuple[int, str, str]:
     """``(exit code, piped stdout, terminal text)``: stderr (and stdout with ``stdout_too``) on a
     ``columns``-wide pseudo-terminal. The terminal turns ``\\n`` into ``\\r\\n``; the text is
-    given back with plain ``\\n``."""
+    given back with plain ``\\n``. With ``answer``, stdin is the terminal too and ``answer`` is
+    typed into it, for a command that asks."""
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, columns, 0, 0))
     process = subprocess.Popen(
         [memstore_executable(), *args],
-        stdin=subprocess.DEVNULL,  # Rich asks stdin for the terminal size first: not the runner's
+        # Rich asks stdin for the terminal size first: not the runner's
+        stdin=subprocess.DEVNULL if answer is None else terminal,
         stdout=terminal if stdout_too else subprocess.PIPE,
         stderr=terminal,
         env={**env, "COLUMNS": str(columns), "LINES": str(ROWS)},
         text=True,
     )
     os.close(terminal)
+    if answer is not None:
+        os.write(controller, answer.encode())
     chunks: list[bytes] = []
 
     def drain() -> None:

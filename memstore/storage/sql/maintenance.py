@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from sqlalchemy import Connection, Engine, Table, case, delete, func, insert, select, update
+from sqlalchemy import ColumnElement, Connection, Engine, Table, case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql
 
 from memstore.storage.sql import queue_table
@@ -108,7 +108,7 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
     Scopes remember the newest purged tombstone revision (``purged_revision``); a save of a
     document loaded before it is refused, since it could otherwise resurrect a purged fact.
     """
-    old_tombstone = (_facts.c.deleted_revision.is_not(None)) & (_facts.c.deleted_at < cutoff)
+    old_tombstone = _old_tombstone(cutoff)
     newest_purged = (
         select(func.max(_facts.c.deleted_revision))
         .where(_facts.c.scope_id == _scopes.c.id, old_tombstone)
@@ -128,11 +128,28 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
                 )
             )
             return {
-                "memory_facts": conn.execute(delete(_facts).where(old_tombstone)).rowcount,
-                "memory_history": conn.execute(
-                    delete(_history).where(_history.c.changed_at < cutoff)
-                ).rowcount,
-                "memory_erasures": conn.execute(
-                    delete(_erasures).where(_erasures.c.erased_at < cutoff)
-                ).rowcount,
+                name: int(conn.execute(delete(table).where(where)).rowcount)
+                for name, (table, where) in _vacuumed(cutoff).items()
             }
+
+
+def vacuum_counts(engine: Engine, cutoff: datetime) -> dict[str, int]:
+    """The rows ``vacuum(engine, cutoff)`` would delete, per table; deletes nothing."""
+    with engine.connect() as conn:
+        return {
+            name: int(conn.execute(select(func.count()).select_from(table).where(where)).scalar_one())
+            for name, (table, where) in _vacuumed(cutoff).items()
+        }
+
+
+def _old_tombstone(cutoff: datetime) -> ColumnElement[bool]:
+    return (_facts.c.deleted_revision.is_not(None)) & (_facts.c.deleted_at < cutoff)
+
+
+def _vacuumed(cutoff: datetime) -> dict[str, tuple[Table, ColumnElement[bool]]]:
+    """What vacuum deletes, per table: one definition for the purge and for its count."""
+    return {
+        "memory_facts": (_facts, _old_tombstone(cutoff)),
+        "memory_history": (_history, _history.c.changed_at < cutoff),
+        "memory_erasures": (_erasures, _erasures.c.erased_at < cutoff),
+    }

@@ -127,13 +127,26 @@ def purge_dead(conn: Connection, ids: list[int] | None = None) -> int:
 
 
 def sweep_done(conn: Connection, now: datetime) -> int:
-    """Delete done rows, and claims a crashed worker left, older than ``DONE_RETENTION``.
+    """Delete done rows, and claims expired, older than ``DONE_RETENTION``.
 
-    The heartbeat thread calls it now and then. An expired claim is free for the taking anyway;
-    deleting it only keeps the table from growing by one row per crash.
+    The heartbeat thread calls it now and then. An expired claim is free for the taking anyway,
+    and a released one is kept only as its scope's last service (which orders claims); deleting
+    them keeps the table to about the scopes served in that window.
     """
     cutoff = now - DONE_RETENTION
     conn.execute(delete(_claims).where(_claims.c.lease_expires_at < cutoff))
     return int(
         conn.execute(delete(_queue).where(_queue.c.state == "done", _queue.c.completed_at < cutoff)).rowcount
     )
+
+
+def purge_counts(conn: Connection, ids: list[int] | None = None) -> list[tuple[str, str, int]]:
+    """What ``purge_dead`` would delete, as ``(state, user_id, rows)``: the operator sees whose
+    conversations are given up before saying yes. Deletes nothing."""
+    counted = (
+        select(_queue.c.state, _queue.c.user_id, func.count())
+        .where(_dead(ids))  # type: ignore[arg-type]
+        .group_by(_queue.c.state, _queue.c.user_id)
+        .order_by(_queue.c.state, _queue.c.user_id)
+    )
+    return [(state, user_id, int(rows)) for state, user_id, rows in conn.execute(counted)]
