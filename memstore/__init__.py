@@ -35,7 +35,6 @@ from memstore.gateway.tools import (
     should_use_memory_tools,
 )
 from memstore.gateway.user_context import (
-    DEFAULT_USER_ID,
     get_effective_user_id,
     reset_current_user,
     set_current_user,
@@ -53,7 +52,7 @@ from memstore.ops.facts import (
     update_memory_fact,
 )
 from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue, set_memory_queue
-from memstore.scope import make_safe_user_id
+from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
 from memstore.storage import FileMemoryStorage, MemoryStorage, get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.update.prompt import format_conversation_for_update

@@ -85,6 +85,8 @@ class MemoryConfig(BaseModel):
     max_queue_depth: int = Field(default=10_000, ge=1, le=1_000_000)
     # At least one conversation at the queue's per-conversation cap (MAX_QUEUED_CONVERSATION_CHARS).
     max_queue_chars: int = Field(default=100_000_000, ge=64_000, le=10_000_000_000)
+    # The most of both bounds one user may hold (at least one conversation of the largest size).
+    queue_user_share: float = Field(default=0.1, gt=0.0, le=1.0)
     update_max_attempts: int = Field(default=10, ge=1, le=100)
     update_retry_base_seconds: float = Field(default=2.0, gt=0, le=3600)
     update_retry_max_seconds: float = Field(default=300.0, gt=0, le=86_400)

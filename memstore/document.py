@@ -82,13 +82,13 @@ def create_empty_memory() -> MemoryDocument:
 
 
 def unstorable(text: str) -> str | None:
-    """Why no provider can store ``text``, or ``None`` when it can."""
+    """Why no provider can store ``text``, or ``None`` when it can; the reason never quotes it."""
     if "\x00" in text:
-        return "contains a NUL character"
+        return "contains NUL (U+0000), which cannot be stored"
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        return "contains a lone surrogate, which is not valid Unicode"
+        return "contains a lone surrogate (U+D800 to U+DFFF), which is not valid Unicode"
     return None
 
 

@@ -76,6 +76,19 @@ class LeaseLostError(MemstoreError):
     """
 
 
+class QueueFullError(MemstoreError):
+    """The durable queue refused a new conversation because it would pass a bound.
+
+    ``kind`` is ``full`` (``max_queue_depth`` or ``max_queue_chars``) or ``user_share`` (the
+    user's share of them, ``queue_user_share``): one user's flood is refused before it can fill
+    the queue for everyone else.
+    """
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class MalformedDocumentError(MemstoreError, ValueError):
     """A document whose shape cannot be stored without guessing; the save is refused."""
 
@@ -183,14 +196,20 @@ class FactEditConflictError(MemstoreError):
 class InvalidFactError(MemstoreError, ValueError):
     """A manual fact field that cannot be stored.
 
-    ``args`` is ``(field,)``, which is what the agent tools report; ``message`` is the sentence
-    the HTTP API puts at the field's error location.
+    ``message`` (and ``str()``) is ``"<field>: <rule it breaks>"`` (``content: 3,000 characters,
+    the limit is 2,000``): the agent tools, MCP and the HTTP API all show it, so whoever sent the
+    field learns what to change. It never quotes the submitted value, which may be long, private or
+    unprintable. ``args`` stays ``(field,)``, the reference's ``ValueError("confidence")``, so a
+    router ported from it that maps ``exc.args[0]`` keeps working.
     """
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, reason: str) -> None:
         super().__init__(field)
         self.field = field
-        self.message = message
+        self.message = f"{field}: {reason}"
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class InvalidDocumentError(MemstoreError, ValueError):

@@ -53,6 +53,13 @@ EXTRACTIONS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+QUEUE_REJECTED = Counter(
+    "memstore_queue_rejected",
+    "Conversations the queue refused, by reason: full (max_queue_depth or max_queue_chars), "
+    "user_share (the user's queue_user_share of them), invalid (the database refused the content)",
+    ["reason"],
+    registry=REGISTRY,
+)
 FACTS_EVICTED = Counter(
     "memstore_facts_evicted", "Facts removed at max_facts to make room for new ones", registry=REGISTRY
 )
@@ -88,3 +95,9 @@ def timed_storage(operation: StorageOperation) -> Callable[[Callable[P, R]], Cal
         return timed
 
     return decorate
+
+
+def count_rejection(stat: str) -> None:
+    """Count a queue's ``rejected_*`` stat in ``memstore_queue_rejected``; other stats are not series."""
+    if stat.startswith("rejected_"):
+        QUEUE_REJECTED.labels(stat.removeprefix("rejected_")).inc()

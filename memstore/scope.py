@@ -12,6 +12,9 @@ import re
 from memstore.errors import InvalidScopeError
 
 USER_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+DEFAULT_USER_ID = "default"
+"""The user of a call that names none (``get_effective_user_id``: a single-user deployment).
+Reserved: ``make_safe_user_id`` never returns it, so no external identity reaches that scope."""
 AGENT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,128}$")
 
 Scope = tuple[str | None, str | None]
@@ -54,10 +57,12 @@ def make_safe_user_id(raw: str) -> str:
     SHA-256, so ``a.b@x`` and ``a-b@x`` land in different scopes. That suffix is reserved: a raw
     id that is valid but already ends like an encoded one (``carol-example-com-e0d47ca1bc1eb62e``,
     which is what ``carol@example.com`` maps to) is encoded as well, so no raw id can map onto
-    another's scope. Two different raw ids share an id only if their 64-bit digests collide
-    (with the same first 100 characters, sanitised).
+    another's scope. ``DEFAULT_USER_ID`` is reserved too: the raw id ``default`` is encoded
+    (``default-37a8eec1ce19687d``), so a caller who says it is ``default`` gets a scope of its own,
+    not the memory of every call that named no user. Two different raw ids share an id only if
+    their 64-bit digests collide (with the same first 100 characters, sanitised).
     """
-    if USER_ID_PATTERN.fullmatch(raw) and not _ENCODED_SUFFIX.search(raw):
+    if USER_ID_PATTERN.fullmatch(raw) and raw != DEFAULT_USER_ID and not _ENCODED_SUFFIX.search(raw):
         return raw
     safe = re.sub(r"[^A-Za-z0-9_-]", "-", raw)[:100]
     return f"{safe}-{hashlib.sha256(raw.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
@@ -72,3 +77,10 @@ def lookup_user_id(raw: str) -> str:
     writers from outside (the gateway, the adapters) always use ``make_safe_user_id``.
     """
     return raw if USER_ID_PATTERN.fullmatch(raw) else make_safe_user_id(raw)
+
+
+def scope_label(scope: Scope) -> str:
+    """A scope as a log line may name it: the agent, never the user (logs are read by people who
+    may not read memory, and an id mapped from an email still names the person)."""
+    _user_id, agent_name = scope
+    return f"agent {agent_name}" if agent_name else "no agent"

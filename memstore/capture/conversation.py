@@ -14,6 +14,7 @@ from typing import Any
 from memstore.capture.filtering import filter_messages_for_memory
 from memstore.capture.message_access import message_type
 from memstore.capture.signals import detect_correction, detect_reinforcement
+from memstore.document import unstorable
 from memstore.errors import InvalidScopeError
 
 ConversationKey = tuple[str, str | None, str | None]
@@ -45,6 +46,10 @@ class ConversationContext:
             raise InvalidScopeError(
                 f"thread_id is {len(self.thread_id)} characters, over the {MAX_THREAD_ID_CHARS} accepted"
             )
+        # An id is never rewritten (two threads would merge): one no store can keep is refused.
+        problem = unstorable(self.thread_id)
+        if problem is not None:
+            raise InvalidScopeError(f"thread_id {problem}")
 
     @property
     def key(self) -> ConversationKey:

@@ -30,7 +30,7 @@ MAX_SCANNED_CONVERSATION_CHARS = 256_000
 
 _UPLOAD_OPEN = re.compile(r"<uploaded_files>", re.IGNORECASE)
 _UPLOAD_CLOSE = re.compile(r"</uploaded_files>\n*", re.IGNORECASE)
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_UNSTORABLE = re.compile(r"[\x00\ud800-\udfff]")
 
 
 def strip_upload_blocks(text: str) -> str:
@@ -56,13 +56,14 @@ def strip_upload_blocks(text: str) -> str:
     return "".join(pieces)
 
 
-def encodable_text(text: str) -> str:
-    """``text`` with each lone surrogate replaced by U+FFFD, so it can be sent and stored as UTF-8.
+def storable_text(text: str) -> str:
+    """``text`` with NUL and each lone surrogate replaced by U+FFFD, so any store can keep it.
 
-    One broken character (a bad client, a cut emoji) must not cost the whole conversation's
-    update: the request to the LLM and the database both refuse unencodable text.
+    PostgreSQL refuses NUL in text and JSON, and no UTF-8 encoder takes a lone surrogate. One
+    such character (a bad client, a cut emoji, a hostile user) must cost neither the
+    conversation's update nor, by failing a shared write, anybody else's.
     """
-    return _SURROGATE.sub("\ufffd", text)
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def _non_blank(value: object) -> bool:
@@ -160,13 +161,13 @@ def memory_turns(messages: Iterable[Any]) -> Iterator[tuple[str, str]]:
     Upload blocks are stripped from human turns (the files will not outlive the thread), text is
     stripped, and turns left empty are skipped. Both extractors read conversations through this,
     so it is also where a turn is made safe to send and store: only its first
-    ``MAX_SCANNED_MESSAGE_CHARS`` are read and lone surrogates become U+FFFD.
+    ``MAX_SCANNED_MESSAGE_CHARS`` are read, and NUL and lone surrogates become U+FFFD.
     """
     for message in messages:
         kind = message_type(message)
         if kind not in ("human", "ai"):
             continue
-        text = encodable_text(message_text(message)[:MAX_SCANNED_MESSAGE_CHARS])
+        text = storable_text(message_text(message)[:MAX_SCANNED_MESSAGE_CHARS])
         if kind == "human":
             text = strip_upload_blocks(text)
         text = text.strip()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from contextvars import ContextVar, Token
 from typing import Protocol, runtime_checkable
 
-DEFAULT_USER_ID = "default"
+from memstore.scope import DEFAULT_USER_ID
 
 
 @runtime_checkable

@@ -30,8 +30,10 @@ _FACT_TEXT_CAPS = {"content": MAX_FACT_CHARS, "category": MAX_CATEGORY_CHARS, "s
 
 def fact_content(content: object) -> str:
     """The stripped content of a manual fact; raises ``InvalidFactError('content')``."""
-    if not isinstance(content, str) or not content.strip():
-        raise InvalidFactError("content", "Memory fact content cannot be empty.")
+    if not isinstance(content, str):
+        raise InvalidFactError("content", f"must be text, not {type(content).__name__}")
+    if not content.strip():
+        raise InvalidFactError("content", "empty; a fact needs some text")
     return _checked_text("content", content.strip(), MAX_FACT_CHARS)
 
 
@@ -43,31 +45,28 @@ def fact_category(category: object) -> str:
     in the reference: this check is only for what a person or an agent types.
     """
     if not isinstance(category, str):
-        raise InvalidFactError("category", "Memory fact category must be a string.")
+        raise InvalidFactError("category", f"must be text, not {type(category).__name__}")
     value = _checked_text("category", category.strip(), MAX_CATEGORY_CHARS).lower() or DEFAULT_CATEGORY
     if value not in FACT_CATEGORIES:
-        raise InvalidFactError(
-            "category", f"Unknown category {value!r}: use one of {', '.join(FACT_CATEGORIES)}."
-        )
+        raise InvalidFactError("category", f"unknown; use one of {', '.join(FACT_CATEGORIES)}")
     return value
 
 
 def fact_confidence(confidence: object) -> float:
+    """``confidence`` as a float in [0, 1]; a bool is refused, although Python counts it as an int."""
     if isinstance(confidence, bool) or not isinstance(confidence, int | float):
-        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
+        raise InvalidFactError("confidence", f"must be a number from 0 to 1, not {type(confidence).__name__}")
     value = float(confidence)
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise InvalidFactError("confidence", "Invalid confidence value; must be between 0 and 1.")
+        raise InvalidFactError("confidence", "out of range; it must be a number from 0 to 1")
     return value
 
 
 def search_text(name: str, text: str, max_chars: int) -> str:
     """``text`` when a search may send it to the store; raises ``QueryError`` naming ``name``."""
-    if len(text) > max_chars:
-        raise QueryError(f"{name} is {len(text)} characters, over the {max_chars} accepted")
-    problem = unstorable(text)
-    if problem is not None:
-        raise QueryError(f"{name} {problem}")
+    reason = _text_problem(text, max_chars)
+    if reason is not None:
+        raise QueryError(f"{name}: {reason}")
     return text
 
 
@@ -110,13 +109,17 @@ def check_document(document: Mapping[str, Any]) -> None:
 
 
 def _checked_text(field: str, text: str, max_chars: int) -> str:
-    label = f"Memory fact {field}"
-    if len(text) > max_chars:
-        raise InvalidFactError(field, f"{label} is {len(text)} characters, over the {max_chars} accepted.")
-    problem = unstorable(text)
-    if problem is not None:
-        raise InvalidFactError(field, f"{label} {problem}.")
+    reason = _text_problem(text, max_chars)
+    if reason is not None:
+        raise InvalidFactError(field, reason)
     return text
+
+
+def _text_problem(text: str, max_chars: int) -> str | None:
+    """The cap or storage rule ``text`` breaks, said without quoting it, or ``None``."""
+    if len(text) > max_chars:
+        return f"{len(text):,} characters, the limit is {max_chars:,}"
+    return unstorable(text)
 
 
 def _check_values(document: Mapping[str, Any]) -> None:

@@ -12,19 +12,39 @@ Admitted corrections are processed like any other turn; the reserve only decides
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from memstore.capture.conversation import ConversationKey
 from memstore.capture.message_access import message_text
 from memstore.config import MemoryConfig
+from memstore.storage.sql.queue_table import QueueLimits
 
+MAX_QUEUED_MESSAGE_CHARS = 8_000
+MAX_QUEUED_CONVERSATION_CHARS = 64_000
+"""Per-message and per-conversation caps applied at enqueue; the prompt cuts much shorter anyway."""
 CORRECTION_RESERVE_DIVISOR = 10
 """Corrections may use ``max_queue_depth // CORRECTION_RESERVE_DIVISOR`` (at least 1) extra slots."""
 
 
 def correction_reserve(depth: int) -> int:
     return max(1, depth // CORRECTION_RESERVE_DIVISOR)
+
+
+def table_limits(config: MemoryConfig) -> QueueLimits:
+    """The database queue's bounds: ``max_queue_depth`` and ``max_queue_chars`` in total, and
+    ``queue_user_share`` of each per user (at least one conversation of the largest size)."""
+    depth, chars, share = config.max_queue_depth, config.max_queue_chars, config.queue_user_share
+    user_depth = max(1, math.floor(depth * share))
+    return QueueLimits(
+        depth=depth,
+        depth_corrections=depth + correction_reserve(depth),
+        chars=chars,
+        user_depth=user_depth,
+        user_depth_corrections=user_depth + correction_reserve(user_depth),
+        user_chars=max(MAX_QUEUED_CONVERSATION_CHARS, math.floor(chars * share)),
+    )
 
 
 def conversation_chars(messages: Sequence[Any]) -> int:

@@ -32,7 +32,11 @@ class QueueStats:
     accepted: int = 0
     """Conversations admitted (including ones that replaced a pending turn of the same key)."""
     rejected_full: int = 0
-    """New keys dropped because ``max_queue_depth`` was reached."""
+    """New keys dropped because ``max_queue_depth`` or ``max_queue_chars`` was reached."""
+    rejected_user_share: int = 0
+    """Database queue: new keys dropped because their user holds ``queue_user_share`` of a bound."""
+    rejected_invalid: int = 0
+    """Database queue: turns the database refused for their own content; dropped, never retried."""
     updated: int = 0
     """Updates the updater saved."""
     skipped: int = 0
@@ -93,6 +97,10 @@ class UpdateQueue(ABC):
 
     @abstractmethod
     def flush(self) -> None: ...
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Drop what this process queued and no worker has started; running updates finish."""
 
     @abstractmethod
     def flush_nowait(self) -> None: ...

@@ -24,19 +24,21 @@ import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from datetime import timedelta
 
-from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import MemstoreError, StorageUnavailableError
+from memstore.metrics import count_rejection
 from memstore.queue.contract import QueueStats, UpdateQueue
-from memstore.queue.debounced import (
-    MAX_DEBOUNCE_FACTOR,
+from memstore.queue.enqueue import (
+    BoundedCalls,
+    QueueWriter,
+    WriteOutcome,
+    enqueue_engine,
+    queued_conversation,
 )
-from memstore.queue.enqueue import BoundedCalls, enqueue_engine, queued_conversation
 from memstore.queue.outage_buffer import OutageBuffer
 from memstore.queue.workers import (
     ClaimRunner,
@@ -47,7 +49,7 @@ from memstore.queue.workers import (
     write_transaction_options,
 )
 from memstore.storage.sql import queue_claims, queue_table
-from memstore.storage.sql.engine import get_engine, mask_url
+from memstore.storage.sql.engine import describe_db_error, get_engine, mask_url
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
 from memstore.update.updater import MemoryUpdater
@@ -60,7 +62,9 @@ BUFFER_RETRY_MAX_SECONDS = 30.0
 
 
 def _default_updater() -> LeasedUpdater:
-    return MemoryUpdater()
+    updater = MemoryUpdater()
+    updater.prepare()  # before the first claim, never while a claim waits on openai's imports
+    return updater
 
 
 class DatabaseUpdateQueue(UpdateQueue):
@@ -86,6 +90,7 @@ class DatabaseUpdateQueue(UpdateQueue):
         self._keeper = LeaseKeeper(self._engine)
         self._runner = ClaimRunner(self._engine, self._keeper, self._count, self._stopping)
         self._buffer = OutageBuffer()
+        self._writer = QueueWriter(self.owner, self.url, self._prepare, self._count)
         self._enqueuer = BoundedCalls(
             "memstore-enqueue", stuck_after=lambda: get_memory_config().queue_enqueue_timeout_seconds
         )
@@ -118,12 +123,12 @@ class DatabaseUpdateQueue(UpdateQueue):
         if not self._buffer.empty():
             self._to_buffer(item, immediately, config)
             return
-        write = self._enqueuer.run(self._write, [(item, immediately)], config, self._enqueue_engine)
+        write = self._enqueuer.run(self._writer.write, [(item, immediately)], config, self._enqueue_engine)
         if write is None:  # every request-path writer is stuck on the (hung) database
             self._to_buffer(item, immediately, config)
             return
         try:
-            written = write.result(timeout=config.queue_enqueue_timeout_seconds)
+            outcome = write.result(timeout=config.queue_enqueue_timeout_seconds)
         except FutureTimeout:
             write.cancel()  # if it has not started, it never will
             # A hung server (not a refused connection) enforces no timeout of its own.
@@ -135,7 +140,9 @@ class DatabaseUpdateQueue(UpdateQueue):
             self._to_buffer(item, immediately, config)
             write.add_done_callback(lambda late: self._forget_if_written(late, item))
             return
-        if not written:
+        if outcome.refused:
+            return  # this turn's own failure, logged and counted: it is never buffered
+        if not outcome.written:
             self._to_buffer(item, immediately, config)
             return
         self._count("accepted")
@@ -169,6 +176,23 @@ class DatabaseUpdateQueue(UpdateQueue):
                 return
             tried.extend(leased.lease.row_id for leased in claim.conversations)
             self._runner.run(claim, self._flush_updater)
+
+    def clear(self) -> None:
+        """Drop this process's queued turns that no worker has claimed: its pending rows (the
+        conversations whose latest turn it queued) and its outage buffer. Rows a worker holds
+        run to the end, and other processes' rows stay, as the memory queue's ``clear`` leaves
+        another process alone. An unreachable database raises ``StorageUnavailableError``."""
+        self._buffer.clear()
+        try:
+            with self._engine.connect() as conn:
+                conn.execution_options(**write_transaction_options(get_memory_config()))
+                with conn.begin():
+                    dropped = queue_table.clear_pending(conn, owner=self.owner)
+        except SQLAlchemyError as exc:
+            raise StorageUnavailableError(
+                f"cannot clear the queue at {self.url}: {describe_db_error(exc)}"
+            ) from exc
+        logger.info("memory queue cleared: %d queued conversation(s) of this process dropped", dropped)
 
     def flush_nowait(self) -> None:
         """Make this process's queued conversations due now; the workers pick them up."""
@@ -263,6 +287,7 @@ class DatabaseUpdateQueue(UpdateQueue):
     def _count(self, name: str) -> None:
         with self._lock:
             self._counts[name] += 1
+        count_rejection(name)
 
     def _notify(self) -> None:
         with self._wake:
@@ -331,48 +356,14 @@ class DatabaseUpdateQueue(UpdateQueue):
                 continue
             self._runner.run(claim, updater)
 
-    def _write(
-        self, items: list[tuple[QueuedConversation, bool]], config: MemoryConfig, engine: Engine
-    ) -> bool:
-        """Upsert ``items`` in one transaction; ``False`` (logged) when the database refused."""
-        debounce = float(config.debounce_seconds)
-        options = queue_table.write_options(round(config.queue_enqueue_timeout_seconds * 1000))
-        try:
-            self._prepare()
-            with engine.connect() as conn:
-                conn.execution_options(**options)
-                with conn.begin():
-                    now = utcnow()
-                    for item, immediately in items:
-                        stored = queue_table.enqueue(
-                            conn,
-                            item,
-                            owner=self.owner,
-                            now=now,
-                            due_at=now if immediately else now + timedelta(seconds=debounce),
-                            latest_due_at=now
-                            if immediately
-                            else now + timedelta(seconds=MAX_DEBOUNCE_FACTOR * debounce),
-                        )
-                        if not stored:
-                            logger.info(
-                                "memory queue: a newer turn of thread %s is queued already; this one "
-                                "is not (a late write, or a replica whose clock is behind)",
-                                item.thread_id,
-                            )
-        except (SQLAlchemyError, MemstoreError) as exc:
-            logger.warning("memory queue cannot write to %s; buffering in this process: %s", self.url, exc)
-            return False
-        return True
-
     def _to_buffer(self, item: QueuedConversation, immediately: bool, config: MemoryConfig) -> None:
         refusal = self._buffer.put(item, immediately, config)
         if refusal is not None:
             self._count("rejected_full")
             logger.warning(
-                "memory queue outage buffer is full (%s); dropping the update for thread %s",
+                "memory queue outage buffer is full (%s); dropping a conversation (agent %s)",
                 refusal,
-                item.thread_id,
+                item.agent_name,
             )
             return
         self._count("accepted")
@@ -383,9 +374,9 @@ class DatabaseUpdateQueue(UpdateQueue):
                 )
                 self._buffer_thread.start()
 
-    def _forget_if_written(self, late: Future[bool], item: QueuedConversation) -> None:
+    def _forget_if_written(self, late: Future[WriteOutcome], item: QueuedConversation) -> None:
         """A write that outlived its wait did land after all: the buffer need not write it again."""
-        if not late.cancelled() and late.exception() is None and late.result():
+        if not late.cancelled() and late.exception() is None and late.result().settled:
             self._buffer.forget(item)
 
     def _write_buffer(self, config: MemoryConfig) -> bool:
@@ -393,11 +384,13 @@ class DatabaseUpdateQueue(UpdateQueue):
         items = self._buffer.snapshot()
         if not items:
             return True
-        if not self._write(items, config, self._engine):
-            return False
-        self._buffer.remove(items)
-        logger.info("memory queue: %d buffered conversation(s) written to the database", len(items))
-        self._notify()
+        outcome = self._writer.write(items, config, self._engine)
+        self._buffer.remove(outcome.written + outcome.refused)
+        if outcome.written:
+            logger.info(
+                "memory queue: %d buffered conversation(s) written to the database", len(outcome.written)
+            )
+            self._notify()
         return self._buffer.empty()
 
     def _drain_buffer(self) -> None:

@@ -32,7 +32,13 @@ from memstore.capture.filtering import bound_conversation
 from memstore.capture.message_access import text_only
 from memstore.config import get_memory_config
 from memstore.errors import StorageUnavailableError
-from memstore.queue.bounds import QueueBudget, conversation_chars
+from memstore.metrics import count_rejection
+from memstore.queue.bounds import (
+    MAX_QUEUED_CONVERSATION_CHARS,
+    MAX_QUEUED_MESSAGE_CHARS,
+    QueueBudget,
+    conversation_chars,
+)
 from memstore.queue.contract import ConversationUpdater, QueueStats, UpdateQueue, UpdaterFactory
 from memstore.queue.retry import retry_delay
 from memstore.update.updater import MemoryUpdater
@@ -40,10 +46,6 @@ from memstore.update.updater import MemoryUpdater
 logger = logging.getLogger(__name__)
 
 MAX_DEBOUNCE_FACTOR = 2
-
-MAX_QUEUED_MESSAGE_CHARS = 8_000
-MAX_QUEUED_CONVERSATION_CHARS = 64_000
-"""Per-message and per-conversation caps applied at enqueue; the prompt cuts much shorter anyway."""
 
 
 def _default_updater_factory() -> ConversationUpdater:
@@ -185,6 +187,7 @@ class MemoryUpdateQueue(UpdateQueue):
             )
             if full is not None:
                 self._counts["rejected_full"] += 1
+                count_rejection("rejected_full")
                 logger.warning(
                     "memory queue is full (%s); dropping the update for thread %s (%d dropped so far)",
                     full,

@@ -1,33 +1,52 @@
-"""The request path's side of the database queue: what a row holds, and a wait with a bound.
+"""The request path's side of the database queue: what a row holds, how it is written, and a wait
+with a bound.
 
 ``queue_enqueue_timeout_seconds`` bounds each write twice over. The server enforces it (the
 request path's own PostgreSQL engine sets ``statement_timeout``, ``lock_timeout`` and
 ``connect_timeout``; SQLite's busy timeout), and the caller stops waiting after it
 (``BoundedCalls``), because a server that hangs instead of refusing enforces nothing.
+
+``QueueWriter`` tells a turn's own failure (a bound it would pass, a value the database will not
+store) from an outage: the first sets that turn aside, the second keeps every turn buffered.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import queue
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from memstore.capture.conversation import ConversationContext
-from memstore.capture.filtering import bound_conversation
+from memstore.capture.filtering import bound_conversation, storable_text
 from memstore.capture.message_access import text_only
+from memstore.config import MemoryConfig
 from memstore.document import as_utc
-from memstore.queue.debounced import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS
-from memstore.storage.sql.engine import get_engine
+from memstore.errors import MemstoreError, QueueFullError
+from memstore.queue.bounds import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS, table_limits
+from memstore.queue.debounced import MAX_DEBOUNCE_FACTOR
+from memstore.queue.outage_buffer import Buffered
+from memstore.queue.workers import utcnow
+from memstore.scope import resolve_scope
+from memstore.storage.sql import queue_table
+from memstore.storage.sql.engine import describe_db_error, get_engine, is_refused_value
 from memstore.storage.sql.queue_table import QueuedConversation
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
+REFUSAL_LOG_SECONDS = 60.0
+"""A kind of refusal is logged at most once this often; the stats and metrics count every one."""
 ENQUEUE_THREADS = 8
 """Threads that run request-path writes; while every one is stuck, turns go to the buffer."""
 
@@ -53,11 +72,18 @@ def queued_conversation(context: ConversationContext) -> QueuedConversation:
         max_message_chars=MAX_QUEUED_MESSAGE_CHARS,
         max_total_chars=MAX_QUEUED_CONVERSATION_CHARS,
     )
+    # Checked here, on the request, so a bad id is the caller's error rather than a row that
+    # fails on every claim; the text is made storable, so no turn can fail a shared write.
+    resolve_scope(context.agent_name, context.user_id)
+    messages = [text_only(message) for message in bounded]
+    for message in messages:
+        message["content"] = storable_text(message["content"])
+        message["role"] = storable_text(message["role"])
     return QueuedConversation(
         thread_id=context.thread_id,
         user_id=context.user_id,
         agent_name=context.agent_name,
-        messages=[text_only(message) for message in bounded],
+        messages=messages,
         correction_detected=context.correction_detected,
         reinforcement_detected=context.reinforcement_detected,
         captured_at=as_utc(context.timestamp),
@@ -120,3 +146,129 @@ class BoundedCalls:
             finally:
                 with self._lock:
                     self._started[me] = None
+
+
+@dataclass
+class WriteOutcome:
+    """What a write of queued turns did with each: written, refused for good, or neither (an
+    outage: those stay buffered)."""
+
+    written: list[Buffered] = field(default_factory=list)
+    refused: list[Buffered] = field(default_factory=list)
+
+    @property
+    def settled(self) -> bool:
+        """Nothing is left to write: every item was written or set aside."""
+        return bool(self.written or self.refused)
+
+
+def _refused(exc: BaseException) -> bool:
+    """The write failed because of an item, not the database: a bound, or a value it refuses."""
+    return isinstance(exc, QueueFullError) or (not isinstance(exc, MemstoreError) and is_refused_value(exc))
+
+
+class QueueWriter:
+    """Writes queued turns to the table for one queue (the request path and the outage buffer)."""
+
+    def __init__(
+        self, owner: str, url_label: str, prepare: Callable[[], None], count: Callable[[str], None]
+    ) -> None:
+        self._owner = owner
+        self._url_label = url_label
+        self._prepare = prepare
+        self._count = count
+        self._last_refusal: dict[str, tuple[float, int]] = {}
+        """Per stat: when a refusal was last logged, and how many were not logged since."""
+        self._log_lock = threading.Lock()
+
+    def write(self, items: list[Buffered], config: MemoryConfig, engine: Engine) -> WriteOutcome:
+        """Upsert ``items``: in one transaction, or, when one item is refused, one by one.
+
+        An item the database refuses for its own sake (a value it cannot store, a bound it would
+        pass) is set aside: logged with its reason, counted, never retried, and never allowed to
+        hold back the others. Only an outage (or a schema behind head) leaves items unwritten.
+        """
+        try:
+            self._prepare()
+            self._upsert(items, config, engine)
+            return WriteOutcome(written=items)
+        except (SQLAlchemyError, MemstoreError, ValueError, TypeError) as exc:
+            if not _refused(exc):
+                self._log_outage(exc)
+                return WriteOutcome()
+            if len(items) == 1:
+                return WriteOutcome(refused=[self._set_aside(items[0], exc)])
+        outcome = WriteOutcome()
+        for entry in items:
+            try:
+                self._upsert([entry], config, engine)
+            except (SQLAlchemyError, MemstoreError, ValueError, TypeError) as exc:
+                if not _refused(exc):
+                    self._log_outage(exc)
+                    return outcome  # the rest waits for the database, in order
+                outcome.refused.append(self._set_aside(entry, exc))
+                continue
+            outcome.written.append(entry)
+        return outcome
+
+    def _upsert(self, items: list[Buffered], config: MemoryConfig, engine: Engine) -> None:
+        debounce = float(config.debounce_seconds)
+        options = queue_table.write_options(round(config.queue_enqueue_timeout_seconds * 1000))
+        limits = table_limits(config)
+        with engine.connect() as conn:
+            conn.execution_options(**options)
+            with conn.begin():
+                now = utcnow()
+                for item, immediately in items:
+                    stored = queue_table.enqueue(
+                        conn,
+                        item,
+                        owner=self._owner,
+                        now=now,
+                        due_at=now if immediately else now + timedelta(seconds=debounce),
+                        latest_due_at=now
+                        if immediately
+                        else now + timedelta(seconds=MAX_DEBOUNCE_FACTOR * debounce),
+                        limits=limits,
+                    )
+                    if not stored:
+                        logger.info(
+                            "memory queue: a newer turn of this conversation is queued already; this "
+                            "one is not (a late write, or a replica whose clock is behind)"
+                        )
+
+    def _log_outage(self, exc: BaseException) -> None:
+        logger.warning(
+            "memory queue cannot write to %s; buffering in this process: %s",
+            self._url_label,
+            describe_db_error(exc),
+        )
+
+    def _set_aside(self, entry: Buffered, exc: BaseException) -> Buffered:
+        """Count and log a turn refused for its own sake; it is dropped, the others go on.
+
+        A flood is refused turn by turn, so the log says it once per ``REFUSAL_LOG_SECONDS`` per
+        reason, with how many it did not repeat: a flood must not become a flood of log lines.
+        """
+        if isinstance(exc, QueueFullError):
+            stat = "rejected_user_share" if exc.kind == "user_share" else "rejected_full"
+            level, reason = logging.WARNING, str(exc)
+        else:
+            stat = "rejected_invalid"
+            level, reason = logging.ERROR, f"the database refused its content: {describe_db_error(exc)}"
+        self._count(stat)
+        now = time.monotonic()
+        with self._log_lock:
+            last, quiet = self._last_refusal.get(stat, (-REFUSAL_LOG_SECONDS, 0))
+            if now - last < REFUSAL_LOG_SECONDS:
+                self._last_refusal[stat] = (last, quiet + 1)
+                return entry
+            self._last_refusal[stat] = (now, 0)
+        logger.log(
+            level,
+            "memory queue dropped a conversation (agent %s), the others are written: %s%s",
+            entry[0].agent_name,
+            reason,
+            f" ({quiet} more like it since the last report)" if quiet else "",
+        )
+        return entry

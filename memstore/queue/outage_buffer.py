@@ -82,3 +82,8 @@ class OutageBuffer:
                     del self._items[key]
                     self._budget.take([key])
             self._budget.batch_done()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self._budget.clear()

@@ -22,7 +22,10 @@ from memstore.storage.sql.provider import SqlMemoryStorage
 
 logger = logging.getLogger(__name__)
 
+QueueTarget = tuple[str, str | None]
 _queue: UpdateQueue | None = None
+_built_for: tuple[MemoryConfig, QueueTarget] | None = None
+"""The config the process-wide queue was built for, and its target; None when it was installed."""
 _queue_lock = threading.Lock()
 _atexit_registered = False
 
@@ -47,31 +50,56 @@ def build_memory_queue(config: MemoryConfig | None = None) -> UpdateQueue:
     return MemoryUpdateQueue()
 
 
+def queue_target(config: MemoryConfig) -> QueueTarget:
+    """Where a queue built for ``config`` keeps its turns: the backend, and the database's URL."""
+    backend = queue_backend(config)
+    return (backend, database_url_from_config(config) if backend == "database" else None)
+
+
 def get_memory_queue() -> UpdateQueue:
-    """The process-wide queue, created on first use; it is shut down at interpreter exit."""
-    global _queue, _atexit_registered
+    """The process-wide queue, created on first use; it is shut down at interpreter exit.
+
+    A queue this function built follows the configuration: after ``set_memory_config`` names
+    another database (or backend), the next call closes it (its rows stay queued where they
+    are) and builds one for the new target, so a turn always lands where the configuration at
+    its capture said. A queue installed with ``set_memory_queue`` is the installer's to replace.
+    """
+    global _queue, _built_for, _atexit_registered
+    config = get_memory_config()
+    retired: UpdateQueue | None = None
     with _queue_lock:
+        if _queue is not None and _built_for is not None and _built_for[0] is not config:
+            target = queue_target(config)
+            if target == _built_for[1]:
+                _built_for = (config, target)
+            else:
+                logger.info("memory queue: the configured %s changed; building a new queue", target[0])
+                retired, _queue = _queue, None
         if _queue is None:
-            _queue = build_memory_queue()
+            _queue = build_memory_queue(config)
+            _built_for = (config, queue_target(config))
         if not _atexit_registered:
             atexit.register(_shutdown_at_exit)
             _atexit_registered = True
-        return _queue
+        queue = _queue
+    if retired is not None:
+        retired.close()
+    return queue
 
 
 def set_memory_queue(queue: UpdateQueue) -> None:
     """Install ``queue`` as the process-wide one, e.g. built with a custom updater factory."""
-    global _queue
+    global _queue, _built_for
     with _queue_lock:
-        _queue = queue
+        _queue, _built_for = queue, None
 
 
 def reset_memory_queue() -> None:
     """Discard the process-wide queue (tests, config changes): a memory queue's pending work is
     dropped, a database queue's workers stop and its rows stay queued."""
-    global _queue
+    global _queue, _built_for
     with _queue_lock:
-        queue, _queue = _queue, None
+        queue, _queue, _built_for = _queue, None, None
     if queue is not None:
         queue.close()
 

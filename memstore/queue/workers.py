@@ -40,7 +40,9 @@ from memstore.errors import (
 )
 from memstore.queue.retry import jittered_delay
 from memstore.storage.sql import queue_admin, queue_claims, queue_table
+from memstore.storage.sql.engine import describe_db_error
 from memstore.storage.sql.queue_table import LeasedConversation, QueueLease, ScopeClaim
+from memstore.update.updater import describe_failure
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +190,8 @@ class ClaimRunner:
     def run(self, claim: ScopeClaim, updater: LeasedUpdater) -> None:
         self._keeper.hold(claim.token)
         try:
+            for lease, reason in claim.undecodable:
+                self._kill_undecodable(lease, reason)
             for leased in claim.conversations:
                 # Paused by a Retry-After: give the rest back rather than hold the scope meanwhile.
                 if self._stopping.is_set() or self._keeper.lost(claim.token) or self.pause.active():
@@ -208,6 +212,24 @@ class ClaimRunner:
             logger.warning("could not release memory queue claim %s (it expires on its own): %s", token, exc)
             return 0
 
+    def _kill_undecodable(self, lease: QueueLease, reason: str) -> None:
+        """A row that holds no conversation goes to ``dead`` at once, in its own transaction: retried,
+        it would fail the same way on every claim."""
+        self._count("dead")
+        logger.error("queued conversation %d cannot be decoded and is dead: %s", lease.row_id, reason)
+        self._settle(
+            lease,
+            lambda conn, now: queue_table.reschedule(
+                conn,
+                lease,
+                now=now,
+                due_at=now,
+                error=f"undecodable row: {reason}",
+                permanent=True,
+                dead=True,
+            ),
+        )
+
     def _run_one(self, leased: LeasedConversation, updater: LeasedUpdater) -> None:
         item = leased.conversation
         context = ConversationContext(
@@ -224,7 +246,7 @@ class ClaimRunner:
             updated = updater.process(context, leased.lease)
         except LeaseLostError as exc:
             self._count("taken_over")
-            logger.info("memory update for thread %s not saved: %s", item.thread_id, exc)
+            logger.info("queued conversation %d not saved: %s", leased.lease.row_id, exc)
             return
         except StaleDocumentError:
             self._count("skipped")  # the store logged why; the conversation is dropped with its row
@@ -254,27 +276,27 @@ class ClaimRunner:
         permanent: bool,
         retry_after: float | None = None,
     ) -> None:
-        item = leased.conversation
         error = f"{type(exc).__name__}: {exc}"
         dead = permanent and leased.failures + 1 >= config.update_max_attempts
         delay = jittered_delay(leased.attempts, config, retry_after)
+        row = leased.lease.row_id
         if dead:
             self._count("dead")
             logger.error(
-                "memory update for thread %s failed %d time(s); the conversation is dead "
-                "(`memstore queue retry` runs it again): %s",
-                item.thread_id,
+                "queued conversation %d failed %d time(s) and is dead (`memstore queue retry` runs "
+                "it again): %s",
+                row,
                 leased.failures + 1,
-                error,
+                describe_failure(exc),
             )
         else:
             self._count("retries")
             logger.warning(
-                "memory update for thread %s failed (attempt %d); retrying in %.1f s: %s",
-                item.thread_id,
+                "queued conversation %d failed (attempt %d); retrying in %.1f s: %s",
+                row,
                 leased.attempts,
                 delay,
-                error,
+                describe_failure(exc),
             )
         self._settle(
             leased.lease,
@@ -298,5 +320,7 @@ class ClaimRunner:
         except SQLAlchemyError as exc:
             # The lease expires and another worker runs the conversation again: nothing is lost.
             logger.warning(
-                "could not settle queued conversation %d (it will run again): %s", lease.row_id, exc
+                "could not settle queued conversation %d (it will run again): %s",
+                lease.row_id,
+                describe_db_error(exc),
             )

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import numpy as np
+from sqlalchemy.exc import SQLAlchemyError
 
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
@@ -31,15 +32,20 @@ from memstore.errors import (
     ConfigError,
     EmbeddingError,
     FoldTargetGoneError,
+    LLMError,
+    MalformedDocumentError,
+    MalformedMemoryError,
     MemstoreError,
+    MigrationError,
     SchemaNotReadyError,
     StorageUnavailableError,
     StorageWriteError,
 )
 from memstore.metrics import EXTRACTIONS
-from memstore.scope import Scope, resolve_scope
+from memstore.scope import Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
+from memstore.storage.sql.engine import describe_db_error
 from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.storage.sql.queue_table import QueueLease
 from memstore.storage.vectors import VectorStore, semantic_parts
@@ -75,6 +81,12 @@ class MemoryUpdater:
     def extractor_name(self) -> ExtractorName:
         """The extractor the next update will use (``llm`` or ``rules``)."""
         return resolve_extractor(self.config)
+
+    def prepare(self) -> None:
+        """Build the extractor now (for the LLM: import and create the client, seconds on a cold
+        process), so a queue worker pays it before it claims work rather than while holding it;
+        a configuration that cannot build one raises ``ConfigError`` here."""
+        self._extractor_for(self.config)
 
     def _extractor_for(self, config: MemoryConfig) -> Extractor:
         """The extractor for ``config``, built once and rebuilt only when the config object changes."""
@@ -160,9 +172,8 @@ class MemoryUpdater:
             saved = self._apply_and_save(storage, context, current, update, lease)
         except SchemaNotReadyError as exc:
             logger.error(
-                "memory update for thread %s is kept for retry: the database schema is not ready "
+                "a memory update is kept for retry: the database schema is not ready "
                 "(run `memstore db upgrade`): %s",
-                context.thread_id,
                 exc,
             )
             raise StorageUnavailableError(
@@ -211,7 +222,7 @@ class MemoryUpdater:
                     **options,
                 )
             except FoldTargetGoneError as exc:
-                logger.info("memory update for thread %s applied again: %s", context.thread_id, exc)
+                logger.info("memory update applied again: %s", exc)
                 current = storage.load(context.agent_name, user_id=context.user_id)
                 continue
             if saved and semantic is not None:
@@ -220,20 +231,40 @@ class MemoryUpdater:
         raise AssertionError("unreachable: the last try saves without dedup")
 
     def _update_sync(self, context: ConversationContext) -> bool:
-        thread_id = context.thread_id
         try:
             return self.process(context)
         except StorageUnavailableError as exc:
-            logger.warning("memory update for thread %s could not reach the store: %s", thread_id, exc)
+            logger.warning("a memory update could not reach the store: %s", exc)
             raise
         except MemstoreError as exc:
-            # Expected failures (bad reply, malformed stored document, config, endpoint down)
-            # carry a clear message; a traceback would only add noise on every queued update.
-            logger.warning("memory update for thread %s skipped, memory left unchanged: %s", thread_id, exc)
+            # Expected failures (bad reply, malformed stored document, config, endpoint down):
+            # a traceback would only add noise on every queued update.
+            logger.warning("a memory update was skipped, memory left unchanged: %s", describe_failure(exc))
             return False
-        except Exception:
-            logger.exception("memory update for thread %s failed; memory left unchanged", thread_id)
+        except Exception as exc:
+            logger.error("a memory update failed; memory left unchanged: %s", describe_failure(exc))
             return False
+
+
+def describe_failure(exc: BaseException) -> str:
+    """An update's failure as a log line may show it: the message of an error about the
+    environment (an endpoint, the database, the configuration) or the stored document's shape,
+    only the class of any other,
+    whose message may quote the conversation or the model's reply. Logs are read by people who
+    may not read memory; the durable queue keeps the whole message in the row's ``last_error``."""
+    if isinstance(
+        exc,
+        StorageUnavailableError
+        | LLMError
+        | ConfigError
+        | MigrationError
+        | MalformedMemoryError
+        | MalformedDocumentError,
+    ):
+        return f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, SQLAlchemyError):
+        return describe_db_error(exc)
+    return type(exc).__name__
 
 
 def _semantic(
@@ -244,7 +275,7 @@ def _semantic(
         return semantic_parts(config, storage)
     except (ConfigError, EmbeddingError) as exc:
         logger.warning(
-            "similarity dedup skipped for scope %s, the update is saved without it: %s", scope, exc
+            "similarity dedup skipped (%s), the update is saved without it: %s", scope_label(scope), exc
         )
         return None
 
@@ -261,7 +292,7 @@ def _folder(semantic: tuple[Embedder, VectorStore], scope: Scope, config: Memory
             return fold_similar(current, memory, embedder=embedder, store=store, scope=scope, config=config)
         except EmbeddingError as exc:
             logger.warning(
-                "similarity dedup skipped for scope %s, the update is saved without it: %s", scope, exc
+                "similarity dedup skipped (%s), the update is saved without it: %s", scope_label(scope), exc
             )
             return SimilarFolds(memory)
 
@@ -277,7 +308,7 @@ def _store_vectors(
     try:
         store.store_vectors(scope, embedder.model, vectors)
     except MemstoreError as exc:
-        logger.warning("fact vectors for scope %s not stored (run `memstore embed`): %s", scope, exc)
+        logger.warning("fact vectors (%s) not stored (run `memstore embed`): %s", scope_label(scope), exc)
 
 
 def update_memory_from_conversation(

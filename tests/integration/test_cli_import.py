@@ -121,6 +121,6 @@ def test_documents_over_the_caps_are_invalid_items_not_tracebacks(
         "depth100k": "not valid JSON: nested too deeply to parse",
         "toomany": f"{MAX_DOCUMENT_FACTS + 1} facts, over the {MAX_DOCUMENT_FACTS} accepted",
         "longfact": f"fact 0: content is {MAX_FACT_CHARS + 1} characters, over the {MAX_FACT_CHARS} accepted",
-        "nul": "a text value contains a NUL character",
+        "nul": "a text value contains NUL (U+0000), which cannot be stored",
         "huge": f"larger than the {MAX_DOCUMENT_BYTES} bytes accepted",
     }

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, func, select, text
 
 from memstore.capture.conversation import ConversationContext
 from memstore.cli import main
@@ -28,6 +28,7 @@ from memstore.queue.enqueue import enqueue_engine
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage, queue_claims, queue_table
 from memstore.storage.sql.engine import get_engine
+from memstore.storage.sql.models import claims_table
 from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
 from memstore.update.updater import MemoryUpdater
 
@@ -239,7 +240,8 @@ def test_shutdown_gives_back_what_it_could_not_finish(
     [row] = _rows(engine)
     assert row.state == "pending" and row.lease_token is None and row.attempts == 0
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM memory_queue_claims")).scalar_one() == 0
+        live = claims_table.c.lease_expires_at >= datetime.now(UTC)
+        assert conn.execute(select(func.count()).select_from(claims_table).where(live)).scalar_one() == 0
     queue.add("t9", _turn("I prefer late."), user_id="bob")
     assert len(_rows(engine)) == 1, "a shut-down queue takes no new turns"
 

@@ -18,6 +18,7 @@ from memstore.config import MemoryConfig
 from memstore.errors import RevisionConflictError
 from memstore.integrations import deerflow
 from memstore.integrations.deerflow import DeerMemStore
+from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
 from memstore.storage.records import FactFilter
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
@@ -104,6 +105,18 @@ def test_users_are_isolated_and_arguments_are_not_mutated(sql_url: str) -> None:
     assert document == kept
     assert _contents(storage.load("__default__", user_id="alice")) == {"Alice only"}
     assert _contents(storage.load("__default__", user_id="b" * 140)) == {"Bob only"}
+
+
+def test_deerflows_fallback_user_is_memstores_fallback_user(sql_url: str) -> None:
+    """As in the seed adapter: DeerFlow's ``default`` (nobody signed in) is memstore's fallback scope."""
+    storage = _storage(sql_url)
+    storage.apply_changes(
+        {"upserts": [_fact("Single-user install")]}, user_id="default", agent_name="__default__"
+    )
+    sql = SqlMemoryStorage(sql_url)
+    assert _contents(sql.load(user_id=DEFAULT_USER_ID)) == {"Single-user install"}
+    assert sql.load(user_id=make_safe_user_id("default"))["facts"] == []
+    assert _contents(storage.load("__default__", user_id="default")) == {"Single-user install"}
 
 
 def test_a_stale_expected_revision_raises_deermems_conflict(sql_url: str) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from memstore.errors import StorageSetupError
 from memstore.integrations import deerflow
 from memstore.integrations.deerflow import SeedStore
-from memstore.scope import make_safe_user_id
+from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from tests.support import deerflow_standins
 
@@ -98,6 +98,18 @@ def test_scopes_are_isolated_and_long_ids_are_accepted(sql_url: str) -> None:
     # land on the scope of the email it was derived from, and `--user <that id>` finds it.
     assert _contents(sql.load(user_id=make_safe_user_id(deerflow_email_id))) == {"alice/None"}
     assert sql.load(user_id=deerflow_email_id)["facts"] == []
+
+
+def test_deerflows_fallback_user_is_memstores_fallback_user(sql_url: str) -> None:
+    """DeerFlow acts for ``default`` when nobody is signed in: that memory stays in memstore's
+    fallback scope, the one it has always been stored in, although ``make_safe_user_id`` keeps
+    outside callers who claim the name out of it."""
+    storage = SeedStore(database_url=sql_url)
+    assert storage.save(_empty() | {"facts": [_fact("Single-user install")]}, user_id="default")
+    sql = SqlMemoryStorage(sql_url)
+    assert _contents(sql.load(user_id=DEFAULT_USER_ID)) == {"Single-user install"}
+    assert sql.load(user_id=make_safe_user_id("default"))["facts"] == []
+    assert _contents(storage.load(user_id="default")) == {"Single-user install"}
 
 
 def test_save_does_not_mutate_the_callers_document(sql_url: str) -> None:

@@ -399,11 +399,15 @@ def test_search_returns_copies() -> None:
 @pytest.mark.parametrize(
     ("field", "value", "reason"),
     [
-        ("content", "x" * (MAX_FACT_CHARS + 1), "over the 2000 accepted"),
-        ("content", "a\x00b", "NUL"),
-        ("content", "a\ud800b", "lone surrogate"),
-        ("category", "c" * (MAX_CATEGORY_CHARS + 1), "over the 64 accepted"),
-        ("category", "pref\x00", "NUL"),
+        ("content", "x" * (MAX_FACT_CHARS + 1), "content: 2,001 characters, the limit is 2,000"),
+        ("content", "a\x00b", "content: contains NUL (U+0000), which cannot be stored"),
+        (
+            "content",
+            "a\ud800b",
+            "content: contains a lone surrogate (U+D800 to U+DFFF), which is not valid Unicode",
+        ),
+        ("category", "c" * (MAX_CATEGORY_CHARS + 1), "category: 65 characters, the limit is 64"),
+        ("category", "pref\x00", "category: contains NUL (U+0000), which cannot be stored"),
     ],
 )
 def test_helpers_refuse_oversized_or_unstorable_text(field: str, value: str, reason: str) -> None:
@@ -413,8 +417,9 @@ def test_helpers_refuse_oversized_or_unstorable_text(field: str, value: str, rea
     with pytest.raises(InvalidFactError) as updated:
         update_memory_fact(kept["id"], **{field: value}, user_id="alice")  # type: ignore[arg-type]
 
+    # args stay the reference's (field,); the message says which rule, never quoting the value.
     assert created.value.args == updated.value.args == (field,)
-    assert reason in created.value.message and reason in updated.value.message
+    assert str(created.value) == created.value.message == str(updated.value) == reason
     assert _fresh_read(user_id="alice")["facts"] == [kept]
 
 
@@ -456,9 +461,9 @@ def test_import_refuses_nesting_deeper_than_the_cap() -> None:
 @pytest.mark.parametrize(
     ("query", "category", "reason"),
     [
-        ("a\x00b", None, "query contains a NUL"),
-        ("x" * (MAX_FACT_CHARS + 1), None, "query is 2001 characters"),
-        ("tea", "pref\x00", "category contains a NUL"),
+        ("a\x00b", None, "query: contains NUL"),
+        ("x" * (MAX_FACT_CHARS + 1), None, "query: 2,001 characters, the limit is 2,000"),
+        ("tea", "pref\x00", "category: contains NUL"),
         ("tea\udfff", None, "lone surrogate"),
     ],
 )

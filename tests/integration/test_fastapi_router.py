@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from memstore.cli.serve_app import header_user
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.document import (
     MAX_CATEGORY_CHARS,
@@ -28,7 +29,10 @@ from memstore.document import (
     MAX_SUMMARY_CHARS,
     create_empty_memory,
 )
+from memstore.gateway.tools import memory_add
 from memstore.integrations.fastapi import create_memory_router
+from memstore.ops.facts import get_memory_data
+from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
@@ -46,7 +50,9 @@ def gateway_user(authorization: str = Header(default="")) -> str:
     return user
 
 
-def build_client(database_url: str, tmp_path: Path) -> TestClient:
+def build_client(
+    database_url: str, tmp_path: Path, identity: Callable[..., str] = gateway_user
+) -> TestClient:
     set_memory_config(
         MemoryConfig(
             data_dir=str(tmp_path / "data"), storage_class=SQL_STORAGE_CLASS, database_url=database_url
@@ -54,7 +60,7 @@ def build_client(database_url: str, tmp_path: Path) -> TestClient:
     )
     reset_memory_storage()
     app = FastAPI()
-    app.include_router(create_memory_router(gateway_user))
+    app.include_router(create_memory_router(identity))
     return TestClient(app)
 
 
@@ -160,6 +166,32 @@ def test_one_user_cannot_touch_another_users_facts(client: TestClient) -> None:
 
     assert contents(client, ALICE) == ["Alice's salary is 100k"]
     assert contents(client, BOB) == []
+
+
+def test_a_header_identity_named_default_cannot_reach_the_fallback_scope(
+    sql_url: str, tmp_path: Path
+) -> None:
+    """``default`` is the user of every call that names none (tool mode, the middleware without
+    ``set_current_user``); behind ``memstore serve --user-header`` a caller who says it is
+    ``default`` must not read or write that memory."""
+    claims_default = {"X-Forwarded-User": "default"}
+    with build_client(sql_url, tmp_path, header_user("X-Forwarded-User")) as client:
+        memory_add("Fallback note about the salary")  # no user bound: the fallback scope
+        [fallback] = get_memory_data(user_id=DEFAULT_USER_ID)["facts"]
+
+        assert contents(client, claims_default) == []
+        assert client.get("/api/memory/facts", params={"q": "salary"}, headers=claims_default).json() == []
+        assert "salary" not in client.get("/api/memory/export", headers=claims_default).text
+        path = f"/api/memory/facts/{fallback['id']}"
+        assert client.patch(path, json={"content": "hijacked"}, headers=claims_default).status_code == 404
+        assert client.delete(path, headers=claims_default).status_code == 404
+        add_fact(client, "Written by the header user", claims_default)
+        [written] = get_memory_data(user_id=make_safe_user_id("default"))["facts"]
+        assert written["content"] == "Written by the header user"
+        assert client.delete("/api/memory", headers=claims_default).status_code == 200
+
+        assert get_memory_data(user_id=DEFAULT_USER_ID)["facts"] == [fallback]
+    reset_memory_storage()
 
 
 def test_export_then_import_replaces_the_whole_document(client: TestClient) -> None:
@@ -286,6 +318,14 @@ def test_oversized_and_unstorable_input_is_422_and_changes_nothing(client: TestC
         assert response.status_code == 422, (method, body, response.text)
         assert response.json()["detail"][0]["loc"][:2] in (["body", "content"], ["body", "category"])
         assert len(response.content) < 1000  # the rejected input is not echoed back
+    refused = client.post("/api/memory/facts", json={"content": "ZQX-marker\x00"}, headers=ALICE)
+    assert refused.json()["detail"] == [
+        {
+            "loc": ["body", "content"],
+            "msg": "content: contains NUL (U+0000), which cannot be stored",
+            "type": "value_error",
+        }
+    ]
     for params in ({"q": "a\x00b"}, {"q": "x" * (MAX_FACT_CHARS + 1)}, {"q": "tea", "category": "a\x00"}):
         response = client.get("/api/memory/facts", params=params, headers=ALICE)
         assert response.status_code == 422, (params, response.text)  # NUL in q: was a 500

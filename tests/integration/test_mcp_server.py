@@ -30,7 +30,7 @@ from mcp.types import CallToolResult
 from sqlalchemy import create_engine, make_url, text
 
 from memstore.errors import STORAGE_UNAVAILABLE_MESSAGE
-from memstore.scope import make_safe_user_id
+from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
 from tests.integration.conftest import Cli
@@ -92,17 +92,32 @@ def test_stdio_session_runs_every_tool_against_the_database(cli: Cli) -> None:
             context = await _call(client, "memory_context", query="what does she drink?")
             assert "Alice drinks oolong tea" in context["context"]
             assert context["context"].startswith("<memory>")
-
-            # Tool mode's wording (the reference's): the field that was refused.
-            assert (await _error(client, "memory_add", content="x" * 2001)).endswith(": content")
-            assert _stored(cli.url, "alice") == ["Alice drinks oolong tea"]
-            assert "over the 2000" in await _error(client, "memory_context", query="q" * 2001)
+            refused = await _error(client, "memory_context", query="q" * 2001)
+            assert refused.endswith("query: 2,001 characters, the limit is 2,000")
 
             await _call(client, "memory_delete", fact_id=added["fact_id"])
             assert _stored(cli.url, "alice") == []
             assert "Fact not found" in await _error(client, "memory_delete", fact_id=added["fact_id"])
 
     asyncio.run(session())
+
+
+def test_stdio_tool_errors_say_which_rule_failed_and_never_echo_the_text(cli: Cli) -> None:
+    """Tool mode's message reaches the client: the field and the rule, not the text that broke it."""
+    marker = "ZQX-marker-7f3a "  # distinctive: an error that echoed the submitted text would show it
+
+    async def session() -> list[str]:
+        async with _stdio_client(cli, "--user", "alice") as client:
+            return [
+                await _error(client, "memory_add", content=(marker * 200)[:3000]),
+                await _error(client, "memory_add", content=marker + "\x00"),
+            ]
+
+    too_long, nul = asyncio.run(session())
+    assert too_long.endswith("memory_add: content: 3,000 characters, the limit is 2,000"), too_long
+    assert nul.endswith("memory_add: content: contains NUL (U+0000), which cannot be stored"), nul
+    assert "ZQX" not in too_long + nul
+    assert _stored(cli.url, "alice") == []
 
 
 def test_stdio_sessions_of_two_users_are_isolated(cli: Cli) -> None:
@@ -216,6 +231,28 @@ def test_http_takes_each_callers_user_from_the_proxy_header(cli: Cli) -> None:
 
     assert _stored(cli.url, alice_id) == ["Alice is allergic to peanuts"]
     assert _stored(cli.url, "bob") == ["Bob is allergic to cats"]
+
+
+def test_a_header_identity_named_default_is_not_the_fallback_user(cli: Cli) -> None:
+    """``default`` is the user of calls that name none; a header that says it gets a scope of its own."""
+
+    async def fallback() -> str:
+        async with _stdio_client(cli, "--user", DEFAULT_USER_ID) as client:
+            return str((await _call(client, "memory_add", content="Fallback note about tea"))["fact_id"])
+
+    async def claims_default(url: str, fact_id: str) -> None:
+        async with http_client(url, "default") as client:
+            assert (await _call(client, "memory_search", query="tea"))["count"] == 0
+            assert "Fallback note" not in (await _call(client, "memory_context", query="tea"))["context"]
+            assert "Fact not found" in await _error(client, "memory_update", fact_id=fact_id, content="x")
+            assert "Fact not found" in await _error(client, "memory_delete", fact_id=fact_id)
+            await _call(client, "memory_add", content="The header user drinks coffee")
+
+    fact_id = asyncio.run(fallback())
+    with http_server(cli, "--user-header", HEADER) as url:
+        asyncio.run(claims_default(url, fact_id))
+    assert _stored(cli.url, DEFAULT_USER_ID) == ["Fallback note about tea"]
+    assert _stored(cli.url, make_safe_user_id("default")) == ["The header user drinks coffee"]
 
 
 def test_http_with_a_fixed_user_and_usage_errors(cli: Cli) -> None:

@@ -18,6 +18,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -100,11 +101,14 @@ def audit_counts(url: str) -> tuple[Counter[str], Counter[Scope]]:
 
 
 def queue_rows(url: str) -> Counter[str]:
-    """Queue rows by state, plus ``claims`` for the scope claims still held."""
+    """Queue rows by state, plus ``claims`` for the scope claims still held (a released claim
+    stays, expired, as its scope's last service)."""
+    live = claims_table.c.lease_expires_at >= datetime.now(UTC)
     with get_engine(url).connect() as conn:
         by_state = select(queue_table.c.state, func.count()).group_by(queue_table.c.state)
         states = Counter({str(state): int(count) for state, count in conn.execute(by_state)})
-        states["claims"] = int(conn.execute(select(func.count()).select_from(claims_table)).scalar_one())
+        held = select(func.count()).select_from(claims_table).where(live)
+        states["claims"] = int(conn.execute(held).scalar_one())
     return states
 
 

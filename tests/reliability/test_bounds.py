@@ -14,8 +14,12 @@ from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.queue import MemoryUpdateQueue, set_memory_queue
-from memstore.queue.bounds import conversation_chars, correction_reserve
-from memstore.queue.debounced import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS
+from memstore.queue.bounds import (
+    MAX_QUEUED_CONVERSATION_CHARS,
+    MAX_QUEUED_MESSAGE_CHARS,
+    conversation_chars,
+    correction_reserve,
+)
 from memstore.update.prompt import MAX_CONVERSATION_CHARS
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import fact, prompt_conversation, update_reply

@@ -275,7 +275,9 @@ raw_ids = (
     st.text(max_size=140)
     | st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
     | st.from_regex(r"[a-z.@-]{0,30}-[0-9a-fA-F]{15,17}", fullmatch=True)
-    | st.sampled_from([CAROL, CAROL_ID, CAROL_ID.upper(), CAROL_ID + "0", "", "-", "a" * 100, "a" * 128])
+    | st.sampled_from(
+        [CAROL, CAROL_ID, CAROL_ID.upper(), CAROL_ID + "0", "", "-", "a" * 100, "a" * 128, "default"]
+    )
 )
 
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memstore.capture.filtering import storable_text
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
 from memstore.gateway.middleware import MemoryMiddleware
@@ -152,8 +153,8 @@ def test_no_text_adds_a_line_to_the_update_prompt(text: str) -> None:
     memory_lines = lines[lines.index("<current_memory>") + 1 : lines.index("</current_memory>")]
     assert all(line.lstrip()[:1] in '{}[]"' for line in memory_lines), "a memory line is not JSON structure"
     assert [line for line in lines if line.startswith(("User:", "Assistant:"))] == [
-        f"User: {inline_text(('u ' + text).strip())}",
-        f"Assistant: {inline_text(('a ' + text).strip())}",
+        f"User: {inline_text(storable_text('u ' + text).strip())}",
+        f"Assistant: {inline_text(storable_text('a ' + text).strip())}",
     ]
 
 

@@ -18,7 +18,7 @@ from memstore.capture.filtering import (
     strip_upload_blocks,
 )
 from memstore.capture.signals import detect_correction, detect_reinforcement
-from memstore.queue.debounced import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS
+from memstore.queue.bounds import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS
 
 UPLOAD_BLOCK = "<uploaded_files>\n- report.pdf (/mnt/user-data/uploads/report.pdf)\n</uploaded_files>\n"
 

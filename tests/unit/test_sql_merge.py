@@ -7,11 +7,13 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from memstore.config import MemoryConfig
 from memstore.document import format_timestamp
+from memstore.errors import MalformedDocumentError
 from memstore.retention import FactSignals, RetentionPolicy
 from memstore.storage.sql.codec import (
     FactValues,
@@ -38,11 +40,13 @@ NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
 # --- codec -----------------------------------------------------------------------------------------
 
+# Text every dialect stores: no NUL (PostgreSQL refuses it; the codec refuses it for both).
+storable = st.text(alphabet=st.characters(blacklist_characters="\x00", blacklist_categories=["Cs"]))
 json_leaf = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text()
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | storable
 )
 json_value = st.recursive(
-    json_leaf, lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=8
+    json_leaf, lambda inner: st.lists(inner) | st.dictionaries(storable, inner), max_leaves=8
 )
 timestamp_like = st.sampled_from(
     ["2026-07-14T15:35:46.123456Z", "2026-07-14T15:35:46Z", "2026-07-14", "2026-07-14T15:35:46+08:00", ""]
@@ -51,7 +55,7 @@ fact_field = st.one_of(json_value, timestamp_like)
 
 
 @given(
-    content=st.text().filter(str.strip),
+    content=storable.filter(str.strip),
     known=st.fixed_dictionaries(
         {},
         optional={
@@ -64,7 +68,7 @@ fact_field = st.one_of(json_value, timestamp_like)
         },
     ),
     unknown=st.dictionaries(
-        st.text().filter(lambda key: key not in {"id", "content"}), json_value, max_size=3
+        storable.filter(lambda key: key not in {"id", "content"}), json_value, max_size=3
     ),
 )
 def test_any_fact_decodes_to_exactly_what_was_encoded(
@@ -81,6 +85,25 @@ def test_any_fact_decodes_to_exactly_what_was_encoded(
 def test_any_section_decodes_to_exactly_what_was_encoded(section: dict[str, Any]) -> None:
     decoded = decode_section(encode_section(section))
     assert json.dumps(decoded, sort_keys=True) == json.dumps(section, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    "fact",
+    [
+        {"content": "a\x00b"},
+        {"content": "ok", "category": "c\x00"},
+        {"content": "ok", "note": "x\x00y"},
+        {"content": "ok", "note": {"k\x00": 1}},
+        {"content": "ok", "note": ["\\", "\x00"]},
+    ],
+)
+def test_text_no_dialect_can_store_is_refused_before_any_sql(fact: dict[str, Any]) -> None:
+    with pytest.raises(MalformedDocumentError, match="NUL"):
+        encode_fact(fact, "fact_00000001")
+
+
+def test_an_escaped_backslash_before_u0000_is_not_a_nul() -> None:
+    assert encode_fact({"content": "ok", "note": "\\u0000"}, "fact_00000001").extra["note"] == "\\u0000"
 
 
 def test_known_values_use_real_columns() -> None:

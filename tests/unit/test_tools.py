@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from memstore.config import MemoryConfig, set_memory_config
-from memstore.document import MAX_FACT_CHARS
 from memstore.errors import STORAGE_UNAVAILABLE_MESSAGE
 from memstore.gateway.tools import (
     get_memory_tools,
@@ -83,8 +82,10 @@ def test_add_rejects_a_duplicate_beyond_the_search_limit() -> None:
 
 
 def test_add_reports_invalid_arguments() -> None:
-    assert _json(memory_add("   ", user_id="alice")) == {"error": "content"}
-    assert _json(memory_add("Fine", confidence=1.5, user_id="alice")) == {"error": "confidence"}
+    assert _json(memory_add("   ", user_id="alice")) == {"error": "content: empty; a fact needs some text"}
+    assert _json(memory_add("Fine", confidence=1.5, user_id="alice")) == {
+        "error": "confidence: out of range; it must be a number from 0 to 1"
+    }
     assert get_memory_data(user_id="alice")["facts"] == []
 
 
@@ -147,7 +148,9 @@ def test_update_errors() -> None:
         "error": "Fact not found: fact_nothere"
     }
     assert _json(memory_update(first, content="second", user_id="alice")) == {"error": "Duplicate fact"}
-    assert _json(memory_update(first, confidence=-1, user_id="alice")) == {"error": "confidence"}
+    assert _json(memory_update(first, confidence=-1, user_id="alice")) == {
+        "error": "confidence: out of range; it must be a number from 0 to 1"
+    }
     # Another user's tool call cannot see alice's fact.
     assert _json(memory_update(first, content="x", user_id="bob")) == {"error": f"Fact not found: {first}"}
 
@@ -166,20 +169,46 @@ def test_delete_fact() -> None:
     }
 
 
-def test_tools_refuse_oversized_and_unstorable_text() -> None:
+def test_tools_say_which_rule_refused_the_text_without_quoting_it() -> None:
     fact_id = _json(memory_add("Short fact", user_id="alice"))["fact_id"]
+    marker = "ZQX-marker-7f3a "  # distinctive: an error that echoed the submitted text would show it
+    too_long = (marker * 200)[:3000]
 
-    assert _json(memory_add("x" * (MAX_FACT_CHARS + 1), user_id="alice")) == {"error": "content"}
-    assert _json(memory_add("tab\x00", user_id="alice")) == {"error": "content"}
-    assert _json(memory_update(fact_id, content="y" * (MAX_FACT_CHARS + 1), user_id="alice")) == {
-        "error": "content"
+    assert _json(memory_add(too_long, user_id="alice")) == {
+        "error": "content: 3,000 characters, the limit is 2,000"
     }
-    assert "NUL" in _json(memory_search("a\x00b", user_id="alice"))["error"]
+    assert _json(memory_add(marker + "\x00", user_id="alice")) == {
+        "error": "content: contains NUL (U+0000), which cannot be stored"
+    }
+    assert _json(memory_add(marker + "\ud800", user_id="alice")) == {
+        "error": "content: contains a lone surrogate (U+D800 to U+DFFF), which is not valid Unicode"
+    }
+    assert _json(memory_update(fact_id, content=too_long, user_id="alice")) == {
+        "error": "content: 3,000 characters, the limit is 2,000"
+    }
+    assert _json(memory_add("Fine", too_long[:70], user_id="alice")) == {
+        "error": "category: 70 characters, the limit is 64"
+    }
+    assert _json(memory_search(marker + "\x00", user_id="alice")) == {
+        "error": "query: contains NUL (U+0000), which cannot be stored"
+    }
     assert [fact["content"] for fact in get_memory_data(user_id="alice")["facts"]] == ["Short fact"]
 
 
+def test_tools_report_argument_types_by_name_only() -> None:
+    """An agent framework may pass what the schema did not ask for; the type is named, not the value."""
+    assert _json(memory_add(["ZQX"], user_id="alice")) == {"error": "content: must be text, not list"}  # type: ignore[arg-type]
+    assert _json(memory_add("Fine", 3, user_id="alice")) == {"error": "category: must be text, not int"}  # type: ignore[arg-type]
+    assert _json(memory_add("Fine", confidence="ZQX", user_id="alice")) == {  # type: ignore[arg-type]
+        "error": "confidence: must be a number from 0 to 1, not str"
+    }
+    assert get_memory_data(user_id="alice")["facts"] == []
+
+
 def test_memory_add_refuses_an_unknown_category() -> None:
-    assert _json(memory_add("Likes tea", "not-a-category", user_id="alice")) == {"error": "category"}
+    assert _json(memory_add("Likes tea", "ZQX-not-a-category", user_id="alice")) == {
+        "error": "category: unknown; use one of preference, knowledge, context, behavior, goal, correction"
+    }
     assert _json(memory_search("tea", user_id="alice")) == {"results": [], "count": 0}
 
 
@@ -192,7 +221,7 @@ def test_memory_context_is_the_callers_block_and_says_why_it_failed(
     block = _json(memory_context("what does she drink?", user_id="alice"))["context"]
     assert block.startswith("<memory>") and "green tea" in block and "coffee" not in block
     assert _json(memory_context("q" * 2001, user_id="alice")) == {
-        "error": "query is 2001 characters, over the 2000 accepted"
+        "error": "query: 2,001 characters, the limit is 2,000"
     }
     # Asked for explicitly, the block does not depend on the settings for automatic injection.
     set_memory_config(MemoryConfig(data_dir=str(tmp_path / "data"), injection_enabled=False))

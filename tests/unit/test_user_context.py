@@ -7,6 +7,8 @@ import uuid
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memstore.gateway.user_context import (
     CurrentUser,
@@ -15,7 +17,7 @@ from memstore.gateway.user_context import (
     reset_current_user,
     set_current_user,
 )
-from memstore.scope import make_safe_user_id, validate_user_id
+from memstore.scope import DEFAULT_USER_ID, USER_ID_PATTERN, make_safe_user_id, validate_user_id
 
 
 @dataclass
@@ -65,3 +67,29 @@ def test_make_safe_user_id_is_valid_and_collision_free() -> None:
     assert first != second
     assert validate_user_id(first) == first
     assert make_safe_user_id("plain_id-1") == "plain_id-1"
+
+
+def test_make_safe_user_id_reserves_the_fallback_user() -> None:
+    """``default`` is the scope of every call that names no user: no external identity maps to it."""
+    assert get_effective_user_id() == DEFAULT_USER_ID
+    encoded = make_safe_user_id(DEFAULT_USER_ID)
+    assert encoded == "default-37a8eec1ce19687d"  # the id README.md and the docs quote
+    # Whoever sends that encoded id as a raw name is encoded again, as for any encoded id.
+    near = [DEFAULT_USER_ID, encoded, "Default", "DEFAULT", " default", "default@x", "default-", "defaultx"]
+    mapped = [make_safe_user_id(raw) for raw in near]
+    assert DEFAULT_USER_ID not in mapped
+    assert len(set(mapped)) == len(near)
+
+
+@settings(max_examples=500, deadline=None, derandomize=True)
+@given(
+    st.text(max_size=140)
+    | st.from_regex(r"[A-Za-z0-9_-]{1,128}", fullmatch=True)
+    | st.from_regex(r"default(-[0-9a-f]{16})*", fullmatch=True)
+)
+def test_no_raw_id_maps_to_the_fallback_user(raw: str) -> None:
+    mapped = make_safe_user_id(raw)
+    assert mapped != DEFAULT_USER_ID
+    assert USER_ID_PATTERN.fullmatch(mapped)
+    # Injective around the reservation: only ``default`` itself maps to its encoding.
+    assert (mapped == make_safe_user_id(DEFAULT_USER_ID)) == (raw == DEFAULT_USER_ID)

@@ -45,8 +45,9 @@ from memstore.errors import RevisionConflictError, StorageWriteError
 from memstore.inject.relevance import bm25_scores, ranked_order
 from memstore.integrations.deerflow.deermem_facts import fact_revision, next_version, to_deermem, to_memstore
 from memstore.integrations.deerflow.opening import LazySql
+from memstore.integrations.deerflow.users import memstore_user_id
 from memstore.ops.facts import rank_by_meaning
-from memstore.scope import make_safe_user_id, resolve_scope
+from memstore.scope import resolve_scope
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.codec import INCARNATION_KEY
 
@@ -307,9 +308,7 @@ class DeerMemStore:
 
     # -- internals ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _user(user_id: str | None) -> str | None:
-        return None if user_id is None else make_safe_user_id(user_id)
+    _user = staticmethod(memstore_user_id)
 
     @staticmethod
     def _bucket(agent_name: str | None) -> str | None:

@@ -15,7 +15,8 @@ a bare ``SqlMemoryStorage``:
   cannot refill the scope; the facts become audited tombstones, as any deletion does, until
   ``memstore vacuum`` purges them.
 - **Ids.** Any id DeerFlow accepts works: each goes through ``make_safe_user_id`` (valid ids are
-  kept, others mapped, injectively); see ``memstore.scope.make_safe_user_id``.
+  kept, others mapped, injectively), except DeerFlow's fallback user ``default``, which is
+  memstore's fallback user; see ``users.py``.
 - **Caps.** ``max_facts`` is DeerFlow's ``memory.max_facts``, not memstore's default.
 - **Duplicates.** A new manual fact that memstore's dedup drops makes ``save`` return ``False``,
   so DeerFlow does not report as created a fact that was not stored.
@@ -35,7 +36,7 @@ from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument
 from memstore.errors import StaleDocumentError, StorageUnavailableError
 from memstore.integrations.deerflow.opening import LazySql
 from memstore.integrations.deerflow.replay import DEFAULT_REPLAY_LIMIT, PendingSave, ReplayBuffer
-from memstore.scope import make_safe_user_id
+from memstore.integrations.deerflow.users import memstore_user_id
 from memstore.storage.sql.codec import INCARNATION_KEY
 
 logger = logging.getLogger("memstore.integrations.deerflow")
@@ -192,9 +193,7 @@ class SeedStore:
 
     # -- internals ----------------------------------------------------------------------------
 
-    @staticmethod
-    def _user(user_id: str | None) -> str | None:
-        return None if user_id is None else make_safe_user_id(user_id)
+    _user = staticmethod(memstore_user_id)
 
     @staticmethod
     def _present(stored: MemoryDocument) -> dict[str, Any]:

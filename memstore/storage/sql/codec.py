@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -31,6 +32,7 @@ from memstore.document import (
     format_timestamp,
     new_fact_id,
     parse_timestamp,
+    unstorable,
 )
 from memstore.errors import MalformedDocumentError
 from memstore.storage.limits import MAX_NESTING, nests_deeper
@@ -151,22 +153,29 @@ class IncomingDocument:
     sections: dict[str, SectionValues]
 
 
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+"""``\\u0000`` in JSON text (an escaped backslash before ``u0000`` is not one): NUL in a value."""
+
+
 def canonical_json(value: object) -> str:
     """Strict JSON (no NaN), sorted: comparable across reads and accepted by every backend."""
     if value == {}:
         return "{}"  # the common case, on the hot path of every save
     try:
-        return _storable(json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False))
+        text = _storable(json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise MalformedDocumentError(f"value is not JSON-serialisable: {exc}") from exc
+    if _JSON_NUL.search(text):
+        raise MalformedDocumentError(f"text {unstorable(chr(0))}")
+    return text
 
 
 def _storable(text: str) -> str:
-    """``text`` if it can be sent to the database as UTF-8 (a lone surrogate cannot)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise MalformedDocumentError(f"text is not valid Unicode: {exc}") from exc
+    """``text`` if every dialect can store it: PostgreSQL takes no NUL in text or JSON, and no
+    driver sends a lone surrogate. Refused here, before any SQL, so both dialects agree."""
+    problem = unstorable(text)
+    if problem is not None:
+        raise MalformedDocumentError(f"text {problem}")
     return text
 
 

@@ -19,7 +19,15 @@ from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    StatementError,
+)
 from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import MemoryConfig
@@ -27,6 +35,8 @@ from memstore.errors import ConfigError, StorageSetupError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_SECONDS = 10
+"""Engines are built with ``hide_parameters``: a failed statement's error (and so every log line
+that prints it) never carries the values bound to it, which are users' ids and words."""
 DEFAULT_SQLITE_FILE = "memory.db"
 # Execution option: a connection carrying it begins its transaction with BEGIN IMMEDIATE.
 SQLITE_WRITE_OPTION = "memstore_sqlite_write"
@@ -35,6 +45,8 @@ SQLITE_BUSY_TIMEOUT_OPTION = "memstore_sqlite_busy_timeout_ms"
 
 # In text that is not a URL: "scheme://user:<this part>@host".
 _PASSWORD_LIKE = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+# A quoted value in a driver's message ('invalid input syntax for type integer: "abc"').
+_QUOTED = re.compile(r"\"[^\"]*\"|'[^']*'")
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +126,14 @@ def _build_engine(url: URL) -> Engine:
         connect_args = (
             {} if "connect_timeout" in url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
         )
-        return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args)
+        return create_engine(
+            url,
+            pool_pre_ping=True,
+            pool_size=5,
+            max_overflow=10,
+            connect_args=connect_args,
+            hide_parameters=True,
+        )
     database = url.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         folder = Path(database).expanduser().parent
@@ -124,7 +143,7 @@ def _build_engine(url: URL) -> Engine:
             raise StorageSetupError(
                 f"cannot create the SQLite database's folder {folder}: {exc.strerror or exc}"
             ) from exc
-    engine = create_engine(url, connect_args={"check_same_thread": False})
+    engine = create_engine(url, connect_args={"check_same_thread": False}, hide_parameters=True)
     _configure_sqlite(engine)
     return engine
 
@@ -182,3 +201,36 @@ def is_outage(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError):
         return exc.connection_invalidated or isinstance(exc, OperationalError | InterfaceError)
     return isinstance(exc, SATimeoutError | DisconnectionError)
+
+
+def is_refused_value(exc: BaseException) -> bool:
+    """Errors that say "this write's values are wrong": retrying the same values fails again.
+
+    A value the server will not store (PostgreSQL's NUL in text or JSON, an invalid escape, a
+    constraint) or one the driver cannot send (an encoding or serialisation error raised before
+    the statement reached the server). The opposite of an outage: only that write is at fault.
+    """
+    if isinstance(exc, DataError | IntegrityError):
+        return True
+    if isinstance(exc, StatementError) and not isinstance(exc, DBAPIError):
+        return True
+    return isinstance(exc, ValueError | TypeError | UnicodeError)
+
+
+def describe_db_error(exc: BaseException) -> str:
+    """A database error as a log line or a message may carry it: nothing of the data it was about.
+
+    PostgreSQL puts the offending value in DETAIL and CONTEXT lines (``JSON data, line 1:
+    {"content": "hello...``) and sometimes quotes it in the first line; neither may reach a log,
+    which an operator reads without the right to read memory. So a refused write keeps its
+    class, SQLSTATE and first line with quoted text replaced by ``"…"``. An outage's message
+    names a host, never a value, and is kept whole (libpq's hint on its second line helps).
+    """
+    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+    message = str(cause).strip()
+    if is_outage(exc):
+        return message or type(cause).__name__
+    first = _QUOTED.sub('"…"', message.splitlines()[0]) if message else ""
+    code = getattr(cause, "sqlstate", None)
+    label = type(cause).__name__ + (f" {code}" if code else "")
+    return f"{label}: {first}" if first else label

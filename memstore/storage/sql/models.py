@@ -247,6 +247,8 @@ class MemoryQueueItem(Base):
     user_id: Mapped[str] = mapped_column(String(128), nullable=False)
     agent_name: Mapped[str] = mapped_column(String(128), nullable=False)
     messages: Mapped[list[Any]] = mapped_column(Json, nullable=False)
+    # The characters of the messages' text: what ``max_queue_chars`` and a user's share count.
+    message_chars: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
     correction_detected: Mapped[bool] = mapped_column(Boolean, nullable=False)
     reinforcement_detected: Mapped[bool] = mapped_column(Boolean, nullable=False)
     state: Mapped[str] = mapped_column(String(8), nullable=False)

@@ -40,7 +40,7 @@ from memstore.errors import (
 )
 from memstore.metrics import FACTS_EVICTED, timed_storage
 from memstore.retention import FactSignals, RetentionPolicy
-from memstore.scope import Scope, resolve_scope
+from memstore.scope import Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
 from memstore.storage.sql import access, maintenance, queries
@@ -50,6 +50,7 @@ from memstore.storage.sql.engine import (
     SQLITE_BUSY_TIMEOUT_OPTION,
     SQLITE_WRITE_OPTION,
     database_url_from_config,
+    describe_db_error,
     get_engine,
     is_outage,
     mask_url,
@@ -212,7 +213,7 @@ class SqlMemoryStorage(MemoryStorage):
 
     def _write_failed(self, exc: Exception, scope: Scope, doing: str) -> bool:
         """Log a failed write; an outage is raised so callers retry, anything else is ``False``."""
-        logger.error("failed to %s for scope %s at %s: %s", doing, scope, self.url, self._describe(exc))
+        logger.error("failed to %s (%s) at %s: %s", doing, scope_label(scope), self.url, self._describe(exc))
         if is_outage(exc):
             raise self._unavailable(exc, doing) from exc
         return False
@@ -257,7 +258,7 @@ class SqlMemoryStorage(MemoryStorage):
             else:
                 incoming = parse_document(memory, cached.snapshot.facts, cached.snapshot.sections)
         except MalformedDocumentError as exc:
-            logger.error("memory for scope %s is malformed, not saved: %s", scope, exc)
+            logger.error("memory (%s) is malformed, not saved: %s", scope_label(scope), exc)
             return False
         try:
             saved = self._write(
@@ -375,7 +376,7 @@ class SqlMemoryStorage(MemoryStorage):
                 refusal = late_write(conn, scope, scope_row, incoming, captured_at, created=created)
                 if refusal is not None:
                     transaction.rollback()
-                    logger.warning("memory update for scope %s dropped: %s", scope, refusal)
+                    logger.warning("memory update (%s) dropped: %s", scope_label(scope), refusal)
                     raise StaleDocumentError(f"memory not saved: {refusal}")
                 if clear:
                     conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
@@ -432,8 +433,8 @@ class SqlMemoryStorage(MemoryStorage):
         return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
 
     def _describe(self, exc: Exception) -> str:
-        """The driver's message (not the SQL and its parameters), with any password scrubbed."""
-        message = str(exc.orig) if isinstance(exc, DBAPIError) else str(exc)
+        """The error without SQL, parameters or data (``describe_db_error``), any password scrubbed."""
+        message = describe_db_error(exc)
         try:
             password = make_url(self._url).password
         except Exception:

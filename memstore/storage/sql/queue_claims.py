@@ -9,12 +9,22 @@ heartbeat extends the claim and its rows. Lock order, everywhere: claims before 
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, or_, select, update
+from sqlalchemy import (
+    Connection,
+    Text,
+    and_,
+    cast,
+    delete,
+    or_,
+    select,
+    update,
+)
 
 from memstore.document import as_utc
 from memstore.storage.sql.models import claims_table as _claims
@@ -25,14 +35,22 @@ from memstore.storage.sql.queue_table import (
     QueueLease,
     ScopeClaim,
     insert_for,
+    not_among,
     unleased,
 )
 
+MAX_MESSAGES_TEXT = 1_000_000
+"""A row's ``messages`` JSON beyond this is not one enqueue wrote (it keeps 64,000 characters)."""
+CLAIM_BATCH = 8
+"""Rows one claim leases: a scope with a backlog gives the worker back after these, so other
+scopes are served in between (round robin, least recently served first)."""
 CLAIM_CANDIDATES = 16
 """Scopes a claim looks at before giving up: enough to get past scopes claimed meanwhile."""
 
 
-def claimable(now: datetime, *, force: bool, owner: str | None, exclude: Sequence[int] = ()) -> Any:
+def claimable(
+    conn: Connection, now: datetime, *, force: bool, owner: str | None, exclude: Sequence[int] = ()
+) -> Any:
     """Rows a worker may lease: pending and due (any time with ``force``), or leased and expired."""
     due = _queue.c.state == "pending"
     if not force:
@@ -42,7 +60,7 @@ def claimable(now: datetime, *, force: bool, owner: str | None, exclude: Sequenc
     if owner is not None:
         condition = and_(condition, _queue.c.enqueued_by == owner)
     if exclude:
-        condition = and_(condition, _queue.c.id.not_in(list(exclude)))
+        condition = and_(condition, not_among(conn, _queue.c.id, exclude))
     return condition
 
 
@@ -68,7 +86,7 @@ def has_claimable(
     exclude: Sequence[int] = (),
 ) -> bool:
     """The cheap read made before a write transaction is opened to claim."""
-    condition = claimable(now, force=force, owner=owner, exclude=exclude)
+    condition = claimable(conn, now, force=force, owner=owner, exclude=exclude)
     return conn.execute(select(_queue.c.id).where(condition, ~_held(now)).limit(1)).first() is not None
 
 
@@ -83,11 +101,15 @@ def claim(
     exclude: Sequence[int] = (),
 ) -> ScopeClaim | None:
     """Claim one scope with claimable rows and lease them; run inside the caller's transaction."""
-    condition = claimable(now, force=force, owner=only_owner, exclude=exclude)
+    condition = claimable(conn, now, force=force, owner=only_owner, exclude=exclude)
+    # Least recently served scope first (a released claim row stays as the scope's last service),
+    # then the oldest due row: a backlog is served CLAIM_BATCH rows at a time, in turn with others.
+    served = and_(_claims.c.user_id == _queue.c.user_id, _claims.c.agent_name == _queue.c.agent_name)
     candidates = conn.execute(
         select(_queue.c.user_id, _queue.c.agent_name)
-        .where(condition, ~_held(now))
-        .order_by(_queue.c.due_at)
+        .select_from(_queue.outerjoin(_claims, served))
+        .where(condition, or_(_claims.c.lease_expires_at.is_(None), _claims.c.lease_expires_at < now))
+        .order_by(_claims.c.claimed_at.nulls_first(), _queue.c.due_at)
         .limit(CLAIM_CANDIDATES)
     ).all()
     expires = now + timedelta(seconds=lease_seconds)
@@ -100,9 +122,11 @@ def claim(
         if not _claim_scope(conn, user_id, agent_name, owner=owner, token=token, now=now, expires=expires):
             continue
         _revoke_other_leases(conn, user_id, agent_name, token=token, now=now)
-        leased = _lease_rows(conn, user_id, agent_name, condition, owner=owner, token=token, expires=expires)
-        if leased:
-            return ScopeClaim(user_id, agent_name, token, leased)
+        leased, undecodable = _lease_rows(
+            conn, user_id, agent_name, condition, owner=owner, token=token, expires=expires
+        )
+        if leased or undecodable:
+            return ScopeClaim(user_id, agent_name, token, leased, undecodable)
         conn.execute(delete(_claims).where(_claims.c.lease_token == token))
     return None
 
@@ -165,12 +189,15 @@ def _lease_rows(
     owner: str,
     token: str,
     expires: datetime,
-) -> list[LeasedConversation]:
+) -> tuple[list[LeasedConversation], list[tuple[QueueLease, str]]]:
+    """Lease the scope's rows under ``token``: the conversations, and the rows that do not decode."""
     # Rows another claimer has locked are skipped, never waited for: waiting could deadlock
     # against that claimer's wait for our claim row.
     ids = (
         select(_queue.c.id)
         .where(condition, _queue.c.user_id == user_id, _queue.c.agent_name == agent_name)
+        .order_by(_queue.c.due_at, _queue.c.id)
+        .limit(CLAIM_BATCH)
         .with_for_update(skip_locked=True)
         .scalar_subquery()
     )
@@ -187,7 +214,8 @@ def _lease_rows(
         .returning(
             _queue.c.id,
             _queue.c.thread_id,
-            _queue.c.messages,
+            # As text, decoded here: a row a driver cannot decode must not fail the whole claim.
+            cast(_queue.c.messages, Text).label("messages"),
             _queue.c.correction_detected,
             _queue.c.reinforcement_detected,
             _queue.c.captured_at,
@@ -197,23 +225,50 @@ def _lease_rows(
             _queue.c.due_at,
         )
     ).all()
-    return [
-        LeasedConversation(
-            QueuedConversation(
+    leased: list[LeasedConversation] = []
+    undecodable: list[tuple[QueueLease, str]] = []
+    for row in sorted(rows, key=lambda row: (row.due_at, row.id)):
+        lease = QueueLease(row.id, token, row.generation)
+        try:
+            conversation = QueuedConversation(
                 thread_id=row.thread_id,
                 user_id=user_id or None,
                 agent_name=agent_name or None,
-                messages=list(row.messages),
+                messages=decode_messages(row.messages),
                 correction_detected=bool(row.correction_detected),
                 reinforcement_detected=bool(row.reinforcement_detected),
                 captured_at=as_utc(row.captured_at),
-            ),
-            QueueLease(row.id, token, row.generation),
-            row.attempts,
-            row.failures,
-        )
-        for row in sorted(rows, key=lambda row: (row.due_at, row.id))
-    ]
+            )
+        except (ValueError, TypeError, AttributeError) as exc:
+            undecodable.append((lease, str(exc)))
+            continue
+        leased.append(LeasedConversation(conversation, lease, row.attempts, row.failures))
+    return leased, undecodable
+
+
+def decode_messages(raw: str | None) -> list[dict[str, str]]:
+    """A row's ``messages`` as enqueue wrote them (a list of ``{"role", "content"}`` strings), or
+    ``ValueError`` saying what is wrong: a row a DBA or an older version wrote must be told apart
+    from a conversation, never crash the worker that claimed it."""
+    if raw is None:
+        raise ValueError("messages is NULL")
+    if len(raw) > MAX_MESSAGES_TEXT:
+        raise ValueError(f"messages is {len(raw):,} characters of JSON, over {MAX_MESSAGES_TEXT:,}")
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"messages is not JSON: {exc.__class__.__name__}") from None
+    if not isinstance(value, list):
+        raise ValueError(f"messages is a JSON {type(value).__name__}, not a list")
+    messages: list[dict[str, str]] = []
+    for index, message in enumerate(value):
+        if not isinstance(message, dict):
+            raise ValueError(f"messages[{index}] is a {type(message).__name__}, not an object")
+        role, content = message.get("role"), message.get("content")
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise ValueError(f"messages[{index}] needs string role and content")
+        messages.append({"role": role, "content": content})
+    return messages
 
 
 def heartbeat(conn: Connection, tokens: Sequence[str], *, now: datetime, lease_seconds: float) -> set[str]:

@@ -12,19 +12,38 @@ them in sync (NTP) to well within a lease.
 
 from __future__ import annotations
 
+import json
+import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, delete, func, literal, null, or_, select, update
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    all_,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal,
+    null,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
+from memstore.errors import QueueFullError
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION
 from memstore.storage.sql.models import claims_table as _claims
 from memstore.storage.sql.models import queue_table as _queue
 
+RELEASED_AGO = timedelta(seconds=1)
+"""A released claim's lease ends this long before the release, so it is expired at once."""
 NO_ID = ""
 """``user_id`` / ``agent_name`` of a queued conversation without one ('' is never a valid id)."""
 
@@ -54,6 +73,22 @@ class QueuedConversation:
 
 
 @dataclass(frozen=True)
+class QueueLimits:
+    """What the table may hold in unsettled rows (pending or leased), in total and per user.
+
+    A correction may use ``*_depth_corrections`` instead (the reserve). Checked by each write
+    before its upsert, so concurrent writers on PostgreSQL can overshoot by one row each.
+    """
+
+    depth: int
+    depth_corrections: int
+    chars: int
+    user_depth: int
+    user_depth_corrections: int
+    user_chars: int
+
+
+@dataclass(frozen=True)
 class LeasedConversation:
     conversation: QueuedConversation
     lease: QueueLease
@@ -69,6 +104,8 @@ class ScopeClaim:
     agent_name: str
     token: str
     conversations: list[LeasedConversation]
+    undecodable: list[tuple[QueueLease, str]] = field(default_factory=list)
+    """Rows leased with the claim that hold no conversation, with why: the runner kills them."""
 
 
 def write_options(busy_timeout_ms: int) -> dict[str, Any]:
@@ -80,6 +117,53 @@ def insert_for(conn: Connection) -> Any:
     return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
 
 
+def conversation_chars(messages: Sequence[dict[str, str]]) -> int:
+    return sum(len(message.get("content", "")) for message in messages)
+
+
+def check_bounds(conn: Connection, item: QueuedConversation, chars: int, limits: QueueLimits) -> None:
+    """Raise ``QueueFullError`` if storing ``item`` would pass ``limits``; one read over indexes.
+
+    Replacing an unsettled row of the same conversation adds no row, only its growth in characters.
+    """
+    unsettled = _queue.c.state.in_(("pending", "leased"))
+    user = _queue.c.user_id == (item.user_id or NO_ID)
+    same = and_(
+        _queue.c.thread_id == item.thread_id,
+        user,
+        _queue.c.agent_name == (item.agent_name or NO_ID),
+        unsettled,
+    )
+
+    def usage(condition: ColumnElement[bool]) -> list[Any]:
+        count = select(func.count()).where(condition)
+        chars = select(func.coalesce(func.sum(_queue.c.message_chars), 0)).where(condition)
+        return [count.scalar_subquery(), chars.scalar_subquery()]
+
+    held = select(_queue.c.message_chars).where(same).scalar_subquery()
+    row = conn.execute(select(*usage(unsettled), *usage(and_(unsettled, user)), held)).one()
+    total_rows, total_chars, user_rows, user_chars, stored = (int(value or 0) for value in row)
+    replacing = row[4] is not None
+    growth = chars - stored
+    correction = item.correction_detected
+    if not replacing:
+        depth = limits.depth_corrections if correction else limits.depth
+        if total_rows >= depth:
+            raise QueueFullError(f"the queue holds {total_rows} conversations, its limit", kind="full")
+        user_depth = limits.user_depth_corrections if correction else limits.user_depth
+        if user_rows >= user_depth:
+            raise QueueFullError(
+                f"the user holds {user_rows} queued conversations, their share", kind="user_share"
+            )
+    if growth > 0 and total_chars + growth > limits.chars:
+        raise QueueFullError(f"the queue holds {total_chars} characters of {limits.chars}", kind="full")
+    if growth > 0 and user_chars + growth > limits.user_chars:
+        raise QueueFullError(
+            f"the user holds {user_chars} queued characters of their share {limits.user_chars}",
+            kind="user_share",
+        )
+
+
 def enqueue(
     conn: Connection,
     item: QueuedConversation,
@@ -88,6 +172,7 @@ def enqueue(
     now: datetime,
     due_at: datetime,
     latest_due_at: datetime,
+    limits: QueueLimits | None = None,
 ) -> bool:
     """Insert the conversation, or fold it into its pending row (one statement); ``False`` when a
     newer turn of it is stored already.
@@ -96,13 +181,18 @@ def enqueue(
     ``latest_due_at`` fixed when it first became pending (the starvation cap) nor before a
     retry's ``not_before``. A leased row gets the new messages for its next generation; a done or
     dead row starts afresh. A turn captured before the stored one changes nothing (replicas must
-    keep their clocks in sync for this to pick the newest turn).
+    keep their clocks in sync for this to pick the newest turn). With ``limits``, a write that
+    would pass them raises ``QueueFullError`` and stores nothing.
     """
+    chars = conversation_chars(item.messages)
+    if limits is not None:
+        check_bounds(conn, item, chars, limits)
     insert = insert_for(conn)(_queue).values(
         thread_id=item.thread_id,
         user_id=item.user_id or NO_ID,
         agent_name=item.agent_name or NO_ID,
         messages=item.messages,
+        message_chars=chars,
         correction_detected=item.correction_detected,
         reinforcement_detected=item.reinforcement_detected,
         state="pending",
@@ -124,6 +214,7 @@ def enqueue(
         index_elements=[_queue.c.thread_id, _queue.c.user_id, _queue.c.agent_name],
         set_={
             "messages": new.messages,
+            "message_chars": new.message_chars,
             # Sticky until processed: a later turn without a correction keeps an earlier one's hint.
             "correction_detected": _sticky(settled, _queue.c.correction_detected, new.correction_detected),
             "reinforcement_detected": _sticky(
@@ -191,6 +282,7 @@ def complete(conn: Connection, lease: QueueLease, *, now: datetime, forget: bool
             .values(
                 state="done",
                 messages=[],
+                message_chars=0,
                 completed_at=now,
                 last_error=None,
                 failures=0,
@@ -241,9 +333,28 @@ def release(conn: Connection, token: str, *, now: datetime) -> int:
     """Give back a claim and any row still leased under it (shutdown); returns the rows released.
 
     The claim goes first: heartbeats and claims lock claims before rows, and so does this. The
-    release does not count as an attempt.
+    release does not count as an attempt. While the scope has rows left, its claim row stays,
+    expired and under a token nobody holds, as the scope's last service (claims serve the least
+    recently served scope first); a scope with nothing queued keeps no row, and so no user id.
     """
-    conn.execute(delete(_claims).where(_claims.c.lease_token == token))
+    orphan = uuid.uuid4().hex
+    scope = conn.execute(
+        update(_claims)
+        .where(_claims.c.lease_token == token)
+        .values(lease_token=orphan, lease_owner="", lease_expires_at=now - RELEASED_AGO)
+        .returning(_claims.c.user_id, _claims.c.agent_name)
+    ).first()
+    if scope is not None:
+        left = (
+            select(_queue.c.id)
+            .where(
+                _queue.c.user_id == scope.user_id,
+                _queue.c.agent_name == scope.agent_name,
+                _queue.c.state.in_(("pending", "leased")),
+            )
+            .exists()
+        )
+        conn.execute(delete(_claims).where(_claims.c.lease_token == orphan, ~left))
     released = conn.execute(
         update(_queue)
         .where(_queue.c.lease_token == token, _queue.c.state == "leased")
@@ -254,6 +365,15 @@ def release(conn: Connection, token: str, *, now: datetime) -> int:
 
 def unleased(now: datetime) -> dict[str, Any]:
     return {"lease_owner": None, "lease_token": None, "lease_expires_at": None, "updated_at": now}
+
+
+def clear_pending(conn: Connection, *, owner: str) -> int:
+    """Delete ``owner``'s pending rows (``clear``); leased rows are running and stay."""
+    return int(
+        conn.execute(
+            delete(_queue).where(_queue.c.enqueued_by == owner, _queue.c.state == "pending")
+        ).rowcount
+    )
 
 
 def make_due(conn: Connection, *, owner: str, now: datetime) -> int:
@@ -267,13 +387,25 @@ def make_due(conn: Connection, *, owner: str, now: datetime) -> int:
     )
 
 
+def not_among(conn: Connection, column: Any, ids: Sequence[int]) -> Any:
+    """``column NOT IN ids`` with the ids bound as one parameter (an array, or JSON on SQLite).
+
+    ``flush`` excludes every row it has run, so a plain ``NOT IN`` bound one parameter per id:
+    the k-th claim of a flush coerced k parameters, quadratic in the flush's size.
+    """
+    if conn.dialect.name == "postgresql":
+        return column != all_(bindparam(None, list(ids), type_=postgresql.ARRAY(BigInteger)))
+    listed = func.json_each(bindparam(None, json.dumps(list(ids)))).table_valued("value")
+    return column.not_in(select(listed.c.value).scalar_subquery())
+
+
 def unsettled(conn: Connection, *, owner: str | None = None, exclude: Sequence[int] = ()) -> int:
     """Conversations pending or leased (of ``owner``, or of every process), but ``exclude``."""
     condition: ColumnElement[bool] = _queue.c.state.in_(("pending", "leased"))
     if owner is not None:
         condition = and_(condition, _queue.c.enqueued_by == owner)
     if exclude:
-        condition = and_(condition, _queue.c.id.not_in(list(exclude)))
+        condition = and_(condition, not_among(conn, _queue.c.id, exclude))
     return int(conn.execute(select(func.count()).select_from(_queue).where(condition)).scalar_one())
 
 
