@@ -114,8 +114,16 @@ def status(as_json: bool) -> None:
     click.echo(
         f"pending: {figures.pending} (due now: {figures.due})  leased: {figures.leased}  dead: {figures.dead}"
     )
+    window = figures.throughput_window_seconds
+    span = f"{window / 60:.0f} min" if window >= 120 else f"{window:.0f} s"
     click.echo(
-        f"oldest waiting turn: {lag}  throughput: {figures.throughput_per_minute:.1f}/min (last 15 min)"
+        f"oldest waiting turn: {lag}  throughput: {figures.throughput_per_minute:.1f}/min (last {span})"
+    )
+    config = get_memory_config()
+    click.echo(
+        f"bounds: {figures.pending + figures.leased:,} of {config.max_queue_depth:,} conversations, "
+        f"{figures.held_chars:,} of {config.max_queue_chars:,} characters; "
+        f"users at their share ({config.queue_user_share:g}): {figures.users_at_share}"
     )
     if figures.dead_rows:
         echo_table(

@@ -20,6 +20,7 @@ from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, get_memory_config, 
 from memstore.errors import ConfigError, MigrationError, StorageUnavailableError
 from memstore.inject.tokens import ENCODING_NAME
 from memstore.ops.health import first_line
+from memstore.queue.bounds import table_limits
 from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url, normalize_url
 from memstore.storage.sql.queue_admin import queue_status
@@ -81,7 +82,7 @@ def _database(config: MemoryConfig) -> list[Finding]:
 def _queue(url: str, config: MemoryConfig) -> Finding:
     try:
         with get_engine(url).connect() as conn:
-            status = queue_status(conn, datetime.now(UTC))
+            status = queue_status(conn, datetime.now(UTC), table_limits(config))
     except (DBAPIError, StorageUnavailableError) as exc:
         return Finding("queue", "fail", f"cannot read the queue: {exc}")
     lag = status.oldest_pending_seconds

@@ -12,7 +12,9 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
+from memstore.config import get_memory_config
 from memstore.errors import ConfigError, StorageUnavailableError
+from memstore.queue.bounds import table_limits
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql import queue_admin
@@ -46,7 +48,8 @@ def _run(storage: MemoryStorage | None, work: Callable[[Connection, datetime], T
 
 def queue_status(storage: MemoryStorage | None = None) -> QueueStatus:
     """Pending, due, leased and dead rows, the oldest waiting turn's age, and recent throughput."""
-    return _run(storage, lambda conn, now: queue_admin.queue_status(conn, now), write=False)
+    limits = table_limits(get_memory_config())
+    return _run(storage, lambda conn, now: queue_admin.queue_status(conn, now, limits), write=False)
 
 
 def retry_dead(ids: list[int] | None = None, storage: MemoryStorage | None = None) -> int:

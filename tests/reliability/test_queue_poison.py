@@ -8,10 +8,14 @@ another database, ``clear()``, and what the failure paths write to the log.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ from sqlalchemy import event, func, insert, select
 from memstore.capture.conversation import ConversationContext
 from memstore.errors import InvalidScopeError
 from memstore.gateway.middleware import MemoryMiddleware
+from memstore.metrics import REGISTRY
 from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.queue.enqueue import queued_conversation
 from memstore.storage.sql.engine import get_engine
@@ -332,3 +337,53 @@ def test_an_outage_logs_the_database_not_the_turn(
         queue.close()
     assert "buffering in this process" in caplog.text
     assert "SECRET-CONTENT-MARKER" not in caplog.text and "marker-user-4711" not in caplog.text
+
+
+# -- what an operator sees: queue status and metrics ---------------------------------------------
+
+
+def test_queue_status_and_metrics_show_the_bounds_and_refusals(
+    sql_url: str, llm: OpenAIStubServer, tmp_path: Path
+) -> None:
+    configure(**settings(sql_url, llm, queue_workers=0, max_queue_depth=20))
+    queue = get_memory_queue()
+    before = REGISTRY.get_sample_value("memstore_queue_rejected_total", {"reason": "user_share"}) or 0.0
+    for index in range(5):  # a user's share of 20 is 2 conversations
+        queue.add(f"t{index}", turn(f"m{index}"), user_id="mallory")
+    queue.add("t", turn("ok"), user_id="alice")
+    assert queue.stats.rejected_user_share == 3
+    after = REGISTRY.get_sample_value("memstore_queue_rejected_total", {"reason": "user_share"})
+    assert after == before + 3
+    now = datetime.now(UTC)
+    with get_engine(sql_url).begin() as conn:  # 44 conversations finished in the last 30 s
+        for index in range(44):
+            conn.execute(
+                insert(queue_table).values(
+                    thread_id=f"done-{index}", user_id="carol", agent_name="", messages=[],
+                    correction_detected=False, reinforcement_detected=False, state="done",
+                    generation=1, attempts=1, captured_at=now, pending_since=now, due_at=now,
+                    latest_due_at=now, enqueued_by="x", created_at=now, updated_at=now,
+                    completed_at=now - timedelta(seconds=30 - index * 0.5),
+                )
+            )  # fmt: skip
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")},
+        "MEMSTORE_DATABASE_URL": sql_url,
+        "MEMSTORE_MAX_QUEUE_DEPTH": "20",
+        "MEMSTORE_DATA_DIR": str(tmp_path),
+    }
+    memstore = str(Path(sys.executable).with_name("memstore"))
+    text = subprocess.run(
+        [memstore, "queue", "status"], env=env, capture_output=True, text=True, check=True
+    ).stdout
+    figures = json.loads(
+        subprocess.run(
+            [memstore, "queue", "status", "--json"], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert "bounds: 3 of 20 conversations" in text and "users at their share (0.1): 1" in text
+    assert figures["users_at_share"] == 1 and figures["held_chars"] > 0
+    # 44 in the last 30 s is 44 a minute (the window is at least a minute), not 44 over 15 minutes.
+    assert figures["throughput_window_seconds"] == 60.0
+    assert figures["throughput_per_minute"] == pytest.approx(44.0)
+    assert "44.0/min (last 60 s)" in text

@@ -9,14 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, and_, delete, func, select, update
+from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
 from memstore.document import as_utc
 from memstore.storage.sql.models import claims_table as _claims
 from memstore.storage.sql.models import queue_table as _queue
+from memstore.storage.sql.queue_table import QueueLimits
 
 THROUGHPUT_WINDOW = timedelta(minutes=15)
-"""``queue status`` reports conversations completed per minute over this window."""
+"""``queue status`` reports conversations completed per minute over at most this window: from the
+first completion in it (at least a minute back) to now, so a burst is not averaged over idle time."""
+MIN_THROUGHPUT_WINDOW = timedelta(minutes=1)
 DONE_RETENTION = timedelta(hours=1)
 """Done rows (their messages already dropped) are kept this long for the throughput figure."""
 
@@ -42,10 +45,18 @@ class QueueStatus:
     oldest_pending_seconds: float | None
     """Age of the oldest turn still waiting (pending or leased): the queue's lag."""
     throughput_per_minute: float
+    throughput_window_seconds: float
+    """The span ``throughput_per_minute`` is measured over (see ``THROUGHPUT_WINDOW``)."""
     dead_rows: list[DeadRow]
+    held_chars: int
+    """Characters of the conversations pending or leased: what ``max_queue_chars`` bounds."""
+    users_at_share: int
+    """Users holding their ``queue_user_share`` of a bound: their new conversations are refused."""
 
 
-def queue_status(conn: Connection, now: datetime, *, dead_limit: int = 20) -> QueueStatus:
+def queue_status(
+    conn: Connection, now: datetime, limits: QueueLimits, *, dead_limit: int = 20
+) -> QueueStatus:
     by_state = select(_queue.c.state, func.count()).group_by(_queue.c.state)
     counts: dict[str, int] = {state: count for state, count in conn.execute(by_state)}
     due = conn.execute(
@@ -55,9 +66,25 @@ def queue_status(conn: Connection, now: datetime, *, dead_limit: int = 20) -> Qu
         select(func.min(_queue.c.pending_since)).where(_queue.c.state.in_(("pending", "leased")))
     ).scalar_one()
     since = now - THROUGHPUT_WINDOW
-    recent = conn.execute(
-        select(func.count()).where(_queue.c.state == "done", _queue.c.completed_at >= since)
+    recent, first = conn.execute(
+        select(func.count(), func.min(_queue.c.completed_at)).where(
+            _queue.c.state == "done", _queue.c.completed_at >= since
+        )
+    ).one()
+    first_at = as_utc(first)
+    window = max(MIN_THROUGHPUT_WINDOW, now - first_at) if first_at is not None else THROUGHPUT_WINDOW
+    unsettled = _queue.c.state.in_(("pending", "leased"))
+    held_chars = conn.execute(
+        select(func.coalesce(func.sum(_queue.c.message_chars), 0)).where(unsettled)
     ).scalar_one()
+    per_user = (
+        select(_queue.c.user_id)
+        .where(unsettled)
+        .group_by(_queue.c.user_id)
+        .having(or_(func.count() >= limits.user_depth, func.sum(_queue.c.message_chars) >= limits.user_chars))
+        .subquery()
+    )
+    at_share = conn.execute(select(func.count()).select_from(per_user)).scalar_one()
     dead_rows = [
         DeadRow(
             row.id,
@@ -91,8 +118,11 @@ def queue_status(conn: Connection, now: datetime, *, dead_limit: int = 20) -> Qu
         dead=int(counts.get("dead", 0)),
         done_recent=int(recent),
         oldest_pending_seconds=None if oldest_at is None else max(0.0, (now - oldest_at).total_seconds()),
-        throughput_per_minute=recent / (THROUGHPUT_WINDOW.total_seconds() / 60),
+        throughput_per_minute=recent / (window.total_seconds() / 60),
+        throughput_window_seconds=window.total_seconds(),
         dead_rows=dead_rows,
+        held_chars=int(held_chars),
+        users_at_share=int(at_share),
     )
 
 
