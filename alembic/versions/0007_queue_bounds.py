@@ -5,9 +5,9 @@ Revises: 0006
 
 Adds ``memory_queue.message_chars``, the characters of a queued conversation's text, so each
 enqueue can check ``max_queue_chars`` and a user's share of it with one indexed read instead of
-measuring every stored conversation. Rows queued before this revision are measured once, by the
-length of their stored JSON (a slight overcount: it includes the keys); done rows hold no
-messages and get 0.
+measuring every stored conversation. Rows queued before this revision that still hold messages
+(pending, leased, dead) are measured here as the code measures them: each message's text plus 24
+characters; done rows hold none and get 0, as does a row whose messages are not a JSON list.
 """
 
 from collections.abc import Sequence
@@ -26,9 +26,20 @@ def upgrade() -> None:
         "memory_queue",
         sa.Column("message_chars", sa.Integer(), server_default=sa.text("0"), nullable=False),
     )
-    as_text = "messages::text" if op.get_context().dialect.name == "postgresql" else "messages"
+    # What the queue's code computes (queue_table.conversation_chars): each message's text plus 24.
+    if op.get_context().dialect.name == "postgresql":
+        measured = (
+            "(SELECT coalesce(sum(length(m->>'content')) + 24 * count(*), 0) "
+            "FROM jsonb_array_elements(messages) AS m) WHERE jsonb_typeof(messages) = 'array'"
+        )
+    else:
+        measured = (
+            "(SELECT coalesce(sum(CASE WHEN type = 'object' THEN length(json_extract(value, '$.content')) "
+            "ELSE 0 END) + 24 * count(*), 0) FROM json_each(messages)) "
+            "WHERE json_valid(messages) AND json_type(messages) = 'array'"
+        )
     op.execute(
-        f"UPDATE memory_queue SET message_chars = length({as_text}) WHERE state IN ('pending', 'leased')"
+        f"UPDATE memory_queue SET message_chars = {measured} AND state IN ('pending', 'leased', 'dead')"
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from memstore.capture.conversation import capture_conversation
 from memstore.config import get_memory_config
 from memstore.gateway.user_context import get_effective_user_id
-from memstore.queue import get_memory_queue
+from memstore.queue import get_memory_queue, queue_failure
 
 logger = logging.getLogger(__name__)
 
@@ -38,5 +38,5 @@ def memory_flush_hook(
         )
         if context is not None:
             get_memory_queue().submit(context, immediately=True)
-    except Exception:
-        logger.exception("could not queue the pre-summarization memory flush for thread %s", thread_id)
+    except Exception as exc:
+        logger.error("could not queue the pre-summarization memory flush: %s", queue_failure(exc))

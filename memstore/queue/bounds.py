@@ -24,6 +24,8 @@ from memstore.storage.sql.queue_table import QueueLimits
 MAX_QUEUED_MESSAGE_CHARS = 8_000
 MAX_QUEUED_CONVERSATION_CHARS = 64_000
 """Per-message and per-conversation caps applied at enqueue; the prompt cuts much shorter anyway."""
+MAX_QUEUED_MESSAGES = 400
+"""The newest this many non-empty messages of a conversation are queued (the database queue)."""
 CORRECTION_RESERVE_DIVISOR = 10
 """Corrections may use ``max_queue_depth // CORRECTION_RESERVE_DIVISOR`` (at least 1) extra slots."""
 

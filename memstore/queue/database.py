@@ -52,7 +52,7 @@ from memstore.storage.sql import queue_claims, queue_table
 from memstore.storage.sql.engine import describe_db_error, get_engine, mask_url
 from memstore.storage.sql.migrate import prepare_once
 from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
-from memstore.update.updater import MemoryUpdater
+from memstore.update.updater import MemoryUpdater, describe_failure
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +76,16 @@ class DatabaseUpdateQueue(UpdateQueue):
         updater_factory: LeasedUpdaterFactory | None = None,
         *,
         workers: int | None = None,
+        owner: str | None = None,
     ) -> None:
+        """``owner`` takes over the rows an earlier queue of this process queued (the process-wide
+        queue rebuilt for the same database); by default the queue is a new owner."""
         config = get_memory_config()
         self._url = database_url
         self._engine = get_engine(database_url)
         self._enqueue_engine = enqueue_engine(database_url, config.queue_enqueue_timeout_seconds)
         self._updater_factory = updater_factory or _default_updater
-        self.owner = f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        self.owner = owner or f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         self._lock = threading.Lock()
         self._counts: dict[str, int] = dict.fromkeys(QueueStats.__dataclass_fields__, 0)
         self._stopping = threading.Event()
@@ -117,7 +120,9 @@ class DatabaseUpdateQueue(UpdateQueue):
         if not config.enabled:
             return
         if self._closed:
-            logger.warning("memory queue is shut down; dropping the update for thread %s", context.thread_id)
+            logger.warning(
+                "memory queue is shut down; dropped a conversation (agent %s)", context.agent_name
+            )
             return
         item = queued_conversation(context)
         if not self._buffer.empty():
@@ -331,9 +336,19 @@ class DatabaseUpdateQueue(UpdateQueue):
         failures = 0
         while not self._stopping.is_set():
             config = get_memory_config()
-            try:
-                if updater is None:
+            if updater is None:
+                try:
                     updater = self._updater_factory()
+                except Exception as exc:  # a configuration that cannot extract: claim nothing
+                    logger.error(
+                        "memory queue worker cannot build its updater, so it claims nothing; next try "
+                        "in %.0f s: %s",
+                        BUFFER_RETRY_MAX_SECONDS,
+                        describe_failure(exc),
+                    )
+                    self._stopping.wait(BUFFER_RETRY_MAX_SECONDS)
+                    continue
+            try:
                 self._runner.pause.wait(self._stopping)  # the endpoint asked for time (Retry-After)
                 claim = self._claim(config)
                 failures = 0
@@ -341,20 +356,21 @@ class DatabaseUpdateQueue(UpdateQueue):
                 failures += 1
                 pause = min(BUFFER_RETRY_MAX_SECONDS, config.queue_poll_seconds * 2 ** min(failures, 10))
                 logger.warning(
-                    "memory queue worker cannot reach the database; next try in %.1f s: %s", pause, exc
+                    "memory queue worker cannot reach the database; next try in %.1f s: %s",
+                    pause,
+                    describe_failure(exc),
                 )
                 self._stopping.wait(pause)
-                continue
-            except Exception:
-                logger.exception("memory queue worker could not create its updater; next try shortly")
-                self._stopping.wait(BUFFER_RETRY_MAX_SECONDS)
                 continue
             if claim is None:
                 with self._wake:
                     if not self._stopping.is_set():
                         self._wake.wait(config.queue_poll_seconds)
                 continue
-            self._runner.run(claim, updater)
+            try:
+                self._runner.run(claim, updater)
+            except Exception as exc:  # never let one claim end the worker thread
+                logger.error("memory queue worker: a claim failed unexpectedly: %s", describe_failure(exc))
 
     def _to_buffer(self, item: QueuedConversation, immediately: bool, config: MemoryConfig) -> None:
         refusal = self._buffer.put(item, immediately, config)

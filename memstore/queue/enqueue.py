@@ -33,7 +33,12 @@ from memstore.capture.message_access import text_only
 from memstore.config import MemoryConfig
 from memstore.document import as_utc
 from memstore.errors import MemstoreError, QueueFullError
-from memstore.queue.bounds import MAX_QUEUED_CONVERSATION_CHARS, MAX_QUEUED_MESSAGE_CHARS, table_limits
+from memstore.queue.bounds import (
+    MAX_QUEUED_CONVERSATION_CHARS,
+    MAX_QUEUED_MESSAGE_CHARS,
+    MAX_QUEUED_MESSAGES,
+    table_limits,
+)
 from memstore.queue.debounced import MAX_DEBOUNCE_FACTOR
 from memstore.queue.outage_buffer import Buffered
 from memstore.queue.workers import utcnow
@@ -76,6 +81,8 @@ def queued_conversation(context: ConversationContext) -> QueuedConversation:
     # fails on every claim; the text is made storable, so no turn can fail a shared write.
     resolve_scope(context.agent_name, context.user_id)
     messages = [text_only(message) for message in bounded]
+    # An empty message teaches nothing and costs no characters: unbounded, they would be free rows.
+    messages = [message for message in messages if message["content"].strip()][-MAX_QUEUED_MESSAGES:]
     for message in messages:
         message["content"] = storable_text(message["content"])
         message["role"] = storable_text(message["role"])

@@ -33,6 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import (
+    InvalidScopeError,
     LeaseLostError,
     LLMUnavailableError,
     StaleDocumentError,
@@ -232,15 +233,19 @@ class ClaimRunner:
 
     def _run_one(self, leased: LeasedConversation, updater: LeasedUpdater) -> None:
         item = leased.conversation
-        context = ConversationContext(
-            item.thread_id,
-            item.messages,
-            item.agent_name,
-            item.user_id,
-            item.correction_detected,
-            item.reinforcement_detected,
-            timestamp=item.captured_at,
-        )
+        try:
+            context = ConversationContext(
+                item.thread_id,
+                item.messages,
+                item.agent_name,
+                item.user_id,
+                item.correction_detected,
+                item.reinforcement_detected,
+                timestamp=item.captured_at,
+            )
+        except InvalidScopeError as exc:  # a row an older version or a DBA wrote
+            self._kill_undecodable(leased.lease, str(exc))
+            return
         config = get_memory_config()
         try:
             updated = updater.process(context, leased.lease)

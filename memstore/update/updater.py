@@ -252,10 +252,14 @@ def describe_failure(exc: BaseException) -> str:
     only the class of any other,
     whose message may quote the conversation or the model's reply. Logs are read by people who
     may not read memory; the durable queue keeps the whole message in the row's ``last_error``."""
+    if isinstance(exc, LLMError):  # its message carries the endpoint's answer, which may quote the prompt
+        cause = exc.__cause__
+        status = getattr(cause, "status_code", None)
+        detail = f" ({type(cause).__name__}{f' {status}' if status else ''})" if cause is not None else ""
+        return f"{type(exc).__name__}{detail}"
     if isinstance(
         exc,
         StorageUnavailableError
-        | LLMError
         | ConfigError
         | MigrationError
         | MalformedMemoryError

@@ -7,7 +7,7 @@ BEGIN;
 
 ALTER TABLE memory_queue ADD COLUMN message_chars INTEGER DEFAULT 0 NOT NULL;
 
-UPDATE memory_queue SET message_chars = length(messages::text) WHERE state IN ('pending', 'leased');
+UPDATE memory_queue SET message_chars = (SELECT coalesce(sum(length(m->>'content')) + 24 * count(*), 0) FROM jsonb_array_elements(messages) AS m) WHERE jsonb_typeof(messages) = 'array' AND state IN ('pending', 'leased', 'dead');
 
 UPDATE alembic_version SET version_num='0007' WHERE alembic_version.version_num = '0006';
 

@@ -7,7 +7,7 @@ BEGIN;
 
 ALTER TABLE memory_queue ADD COLUMN message_chars INTEGER DEFAULT 0 NOT NULL;
 
-UPDATE memory_queue SET message_chars = length(messages) WHERE state IN ('pending', 'leased');
+UPDATE memory_queue SET message_chars = (SELECT coalesce(sum(CASE WHEN type = 'object' THEN length(json_extract(value, '$.content')) ELSE 0 END) + 24 * count(*), 0) FROM json_each(messages)) WHERE json_valid(messages) AND json_type(messages) = 'array' AND state IN ('pending', 'leased', 'dead');
 
 UPDATE alembic_version SET version_num='0007' WHERE alembic_version.version_num = '0006';
 

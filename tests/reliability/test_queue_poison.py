@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, insert, select
+from sqlalchemy import text as sql_text
 
 from memstore.capture.conversation import ConversationContext
 from memstore.errors import InvalidScopeError
@@ -29,13 +30,13 @@ from memstore.metrics import REGISTRY
 from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.queue.enqueue import queued_conversation
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.migrate import upgrade
+from memstore.storage.sql.migrate import downgrade, upgrade
 from memstore.storage.sql.models import queue_table
-from memstore.storage.sql.queue_table import QueuedConversation
+from memstore.storage.sql.queue_table import QueuedConversation, conversation_chars
 from tests.reliability.conftest import Record, configure
 from tests.reliability.queue_support import llm_config, queue_rows, stored_facts
 from tests.reliability.queue_support import token_reply as remember
-from tests.support.openai_server import OpenAIStubServer
+from tests.support.openai_server import OpenAIStubServer, ScriptedError
 
 
 def turn(token: str, extra: str = "") -> list[dict[str, str]]:
@@ -201,28 +202,44 @@ UNDECODABLE: dict[str, Any] = {
     "missing keys": [{"role": "user"}],
     "not an object": ["hello"],
     "oversized": [{"role": "user", "content": "x" * 1_100_000}],
+    "nested 5,000 deep": "[" * 5_000 + "]" * 5_000,
 }
+"""``messages`` of rows an older version or a DBA wrote; a string is stored as raw JSON text."""
+BAD_THREADS = {"a NUL in the thread id": "evil\x00thread", "a 300-character thread id": "t" * 300}
+"""Thread ids an older version (NUL, on SQLite) or a DBA (SQLite does not enforce lengths) wrote."""
 
 
 def test_rows_that_cannot_be_decoded_go_dead_and_workers_move_on(sql_url: str, llm: OpenAIStubServer) -> None:
     configure(**settings(sql_url, llm, queue_workers=0, debounce_seconds=1))
     upgrade(sql_url)
     now = datetime.now(UTC)
-    with get_engine(sql_url).begin() as conn:
-        for index, messages in enumerate(UNDECODABLE.values()):
-            conn.execute(
-                insert(queue_table).values(
-                    thread_id=f"bad-{index}", user_id="mallory", agent_name="", messages=messages,
-                    correction_detected=False, reinforcement_detected=False, state="pending",
-                    generation=1, attempts=0, captured_at=now, pending_since=now, due_at=now,
-                    latest_due_at=now, enqueued_by="a DBA", created_at=now, updated_at=now,
-                )
+    rows = [(f"bad-{index}", messages) for index, messages in enumerate(UNDECODABLE.values())]
+    engine = get_engine(sql_url)
+    if engine.dialect.name == "sqlite":  # PostgreSQL refuses both at the INSERT
+        rows += [(thread, [{"role": "user", "content": "hi"}]) for thread in BAD_THREADS.values()]
+    with engine.begin() as conn:
+        for thread, messages in rows:
+            values = dict(
+                thread_id=thread, user_id="mallory", agent_name="", messages=[],
+                correction_detected=False, reinforcement_detected=False, state="pending",
+                generation=1, attempts=0, captured_at=now, pending_since=now, due_at=now,
+                latest_due_at=now, enqueued_by="a DBA", created_at=now, updated_at=now,
             )  # fmt: skip
+            row_id = conn.execute(
+                insert(queue_table).values(**values).returning(queue_table.c.id)
+            ).scalar_one()
+            raw = messages if isinstance(messages, str) else json.dumps(messages)
+            cast_to = "jsonb" if engine.dialect.name == "postgresql" else "text"
+            conn.execute(
+                sql_text(f"UPDATE memory_queue SET messages = CAST(:raw AS {cast_to}) WHERE id = :id"),
+                {"raw": raw, "id": row_id},
+            )
     queue = DatabaseUpdateQueue(sql_url, workers=2)
     try:
         queue.add_nowait("t", turn("alice-1"), user_id="alice")
         wait_for(lambda: facts_of(sql_url, "alice") == ["fact alice-1"], 15, "alice's turn")
-        wait_for(lambda: queue_rows(sql_url)["dead"] == len(UNDECODABLE), 15, "the bad rows to die")
+        wait_for(lambda: queue_rows(sql_url)["dead"] == len(rows), 15, "the bad rows to die")
+        assert all(thread.is_alive() for thread in queue._threads), "a bad row ended a worker thread"
     finally:
         queue.close()
     with get_engine(sql_url).connect() as conn:
@@ -232,7 +249,7 @@ def test_rows_that_cannot_be_decoded_go_dead_and_workers_move_on(sql_url: str, l
             .all()
         )
     assert all(error.startswith("undecodable row: ") for error in errors), errors
-    assert queue.stats.dead == len(UNDECODABLE)
+    assert queue.stats.dead == len(rows)
 
 
 # -- 6. the queue follows the configuration ----------------------------------------------------
@@ -253,6 +270,39 @@ def test_each_turn_lands_in_the_database_configured_when_it_was_captured(
 
 
 # -- 7. clear() --------------------------------------------------------------------------------
+
+
+def test_a_rebuilt_queue_takes_over_what_this_process_queued_on_that_database(
+    tmp_path: Path, llm: OpenAIStubServer
+) -> None:
+    first, second = (f"sqlite:///{tmp_path / name}.db" for name in ("first", "second"))
+    configure(**settings(first, llm, queue_workers=0))
+    get_memory_queue().add("t1", turn("early"), user_id="alice")
+    configure(**settings(second, llm, queue_workers=0))
+    get_memory_queue().add("t2", turn("elsewhere"), user_id="alice")
+    configure(**settings(first, llm, queue_workers=0))
+    queue = get_memory_queue()
+    queue.add("t3", turn("late"), user_id="alice")
+    assert queue.pending_count == 2, "the turn queued before the switches is not this process's any more"
+    queue.flush()
+    assert facts_of(first, "alice") == ["fact early", "fact late"]
+
+
+def test_the_memory_queue_says_so_when_the_storage_changes_under_queued_turns(
+    tmp_path: Path, llm: OpenAIStubServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The memory queue saves with the configuration current when it runs: its turns are not
+    dropped by a switch, and the switch is logged rather than silent."""
+    stores = [f"sqlite:///{tmp_path / name}.db" for name in ("a", "b")]
+    configure(**settings(stores[0], llm, queue_backend="memory"))
+    queue = get_memory_queue()
+    queue.add("t1", turn("captured-under-a"), user_id="alice")
+    configure(**settings(stores[1], llm, queue_backend="memory"))
+    with caplog.at_level(logging.WARNING, logger="memstore.queue"):
+        assert get_memory_queue() is queue
+    assert "the storage changed with 1 conversation(s) queued in memory" in caplog.text
+    queue.flush()
+    assert facts_of(stores[1], "alice") == ["fact captured-under-a"]
 
 
 def test_clear_drops_this_process_s_unclaimed_turns_only(sql_url: str, llm: OpenAIStubServer) -> None:
@@ -319,8 +369,16 @@ def test_failure_logs_carry_no_user_id_and_no_words(
         queue.flush()  # the reply does not parse: the row fails and is dead
         assert queue_rows(sql_url)["dead"] == 1
         MemoryMiddleware().after_agent(turn("y"), thread_id="t", user_id="not valid!")  # a caller's error
+        MemoryMiddleware().after_agent(turn("z"), thread_id="t", user_id=f"bad id {user}")
+        hostile_reply.script(ScriptedError(400, "bad request; received: User: SECRET-CONTENT-MARKER"))
+        queue.add_nowait("t-400", turn("w", " SECRET-CONTENT-MARKER"), user_id=user)
+        queue.flush()  # the endpoint refuses with a 400 quoting the prompt: dead again
+        assert queue_rows(sql_url)["dead"] == 2
+        queue.shutdown(1.0)
+        queue.add("secret-thread-marker", turn("late"), user_id=user)  # after shutdown: dropped
     logged = caplog.text + "".join(record.getMessage() for record in caplog.records)
     assert "is dead" in logged and "MemoryUpdateParseError" in logged
+    assert "LLMError (BadRequestError 400)" in logged and "shut down; dropped a conversation" in logged
     for secret in ("SECRET-CONTENT-MARKER", user, "secret-thread-marker", "tea"):
         assert secret not in logged, secret
 
@@ -387,3 +445,28 @@ def test_queue_status_and_metrics_show_the_bounds_and_refusals(
     assert figures["throughput_window_seconds"] == 60.0
     assert figures["throughput_per_minute"] == pytest.approx(44.0)
     assert "44.0/min (last 60 s)" in text
+
+
+# -- revision 0007 measures the rows already queued --------------------------------------------
+
+
+def test_revision_0007_measures_queued_rows_as_the_code_does(sql_url: str) -> None:
+    upgrade(sql_url, "0006")
+    downgrade(sql_url, "0006")  # a PostgreSQL test database starts at head
+    now = datetime.now(UTC)
+    messages = [{"role": "user", "content": "\x01" * 1_002}, {"role": "assistant", "content": "ok"}]
+    with get_engine(sql_url).begin() as conn:
+        for state in ("pending", "dead", "done"):
+            conn.execute(
+                insert(queue_table).values(  # no message_chars: the column does not exist yet
+                    thread_id=state, user_id="u", agent_name="", messages=[] if state == "done" else messages,
+                    correction_detected=False, reinforcement_detected=False, state=state,
+                    generation=1, attempts=0, captured_at=now, pending_since=now, due_at=now,
+                    latest_due_at=now, enqueued_by="x", created_at=now, updated_at=now,
+                )
+            )  # fmt: skip
+    upgrade(sql_url)
+    with get_engine(sql_url).connect() as conn:
+        measured = dict(conn.execute(select(queue_table.c.state, queue_table.c.message_chars)).all())
+    expected = conversation_chars(messages)
+    assert measured == {"pending": expected, "dead": expected, "done": 0}

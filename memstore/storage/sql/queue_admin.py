@@ -14,7 +14,7 @@ from sqlalchemy import Connection, and_, delete, func, or_, select, update
 from memstore.document import as_utc
 from memstore.storage.sql.models import claims_table as _claims
 from memstore.storage.sql.models import queue_table as _queue
-from memstore.storage.sql.queue_table import QueueLimits
+from memstore.storage.sql.queue_table import HELD, QueueLimits
 
 THROUGHPUT_WINDOW = timedelta(minutes=15)
 """``queue status`` reports conversations completed per minute over at most this window: from the
@@ -49,7 +49,7 @@ class QueueStatus:
     """The span ``throughput_per_minute`` is measured over (see ``THROUGHPUT_WINDOW``)."""
     dead_rows: list[DeadRow]
     held_chars: int
-    """Characters of the conversations pending or leased: what ``max_queue_chars`` bounds."""
+    """Characters of the conversations pending, leased or dead: what ``max_queue_chars`` bounds."""
     users_at_share: int
     """Users holding their ``queue_user_share`` of a bound: their new conversations are refused."""
 
@@ -73,7 +73,7 @@ def queue_status(
     ).one()
     first_at = as_utc(first)
     window = max(MIN_THROUGHPUT_WINDOW, now - first_at) if first_at is not None else THROUGHPUT_WINDOW
-    unsettled = _queue.c.state.in_(("pending", "leased"))
+    unsettled = HELD
     held_chars = conn.execute(
         select(func.coalesce(func.sum(_queue.c.message_chars), 0)).where(unsettled)
     ).scalar_one()

@@ -239,8 +239,8 @@ def _lease_rows(
                 reinforcement_detected=bool(row.reinforcement_detected),
                 captured_at=as_utc(row.captured_at),
             )
-        except (ValueError, TypeError, AttributeError) as exc:
-            undecodable.append((lease, str(exc)))
+        except Exception as exc:  # RecursionError included: no row may fail the claim
+            undecodable.append((lease, str(exc) or type(exc).__name__))
             continue
         leased.append(LeasedConversation(conversation, lease, row.attempts, row.failures))
     return leased, undecodable
@@ -256,8 +256,8 @@ def decode_messages(raw: str | None) -> list[dict[str, str]]:
         raise ValueError(f"messages is {len(raw):,} characters of JSON, over {MAX_MESSAGES_TEXT:,}")
     try:
         value = json.loads(raw)
-    except ValueError as exc:
-        raise ValueError(f"messages is not JSON: {exc.__class__.__name__}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"messages is not JSON enqueue could have written: {type(exc).__name__}") from None
     if not isinstance(value, list):
         raise ValueError(f"messages is a JSON {type(value).__name__}, not a list")
     messages: list[dict[str, str]] = []

@@ -72,9 +72,14 @@ class QueuedConversation:
     captured_at: datetime
 
 
+HELD = _queue.c.state.in_(("pending", "leased", "dead"))
+"""Rows that hold messages and count against the bounds: a dead row keeps its conversation until
+an operator retries or purges it, so a user whose turns keep failing cannot grow the table either."""
+
+
 @dataclass(frozen=True)
 class QueueLimits:
-    """What the table may hold in unsettled rows (pending or leased), in total and per user.
+    """What the table may hold in rows that keep messages (``HELD``), in total and per user.
 
     A correction may use ``*_depth_corrections`` instead (the reserve). Checked by each write
     before its upsert, so concurrent writers on PostgreSQL can overshoot by one row each.
@@ -117,22 +122,28 @@ def insert_for(conn: Connection) -> Any:
     return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
 
 
+MESSAGE_CHARS_OVERHEAD = 24
+"""What ``message_chars`` adds per message for its keys and role, as the JSON stores them: a
+conversation of many short messages costs what it takes on disk, not only its text."""
+
+
 def conversation_chars(messages: Sequence[dict[str, str]]) -> int:
-    return sum(len(message.get("content", "")) for message in messages)
+    """A queued conversation's ``message_chars``: its text plus ``MESSAGE_CHARS_OVERHEAD`` a message."""
+    return sum(len(message.get("content", "")) + MESSAGE_CHARS_OVERHEAD for message in messages)
 
 
 def check_bounds(conn: Connection, item: QueuedConversation, chars: int, limits: QueueLimits) -> None:
     """Raise ``QueueFullError`` if storing ``item`` would pass ``limits``; one read over indexes.
 
-    Replacing an unsettled row of the same conversation adds no row, only its growth in characters.
+    Replacing a held row of the same conversation adds no row, only its growth in characters.
     """
-    unsettled = _queue.c.state.in_(("pending", "leased"))
+    counted = HELD
     user = _queue.c.user_id == (item.user_id or NO_ID)
     same = and_(
         _queue.c.thread_id == item.thread_id,
         user,
         _queue.c.agent_name == (item.agent_name or NO_ID),
-        unsettled,
+        counted,
     )
 
     def usage(condition: ColumnElement[bool]) -> list[Any]:
@@ -141,7 +152,7 @@ def check_bounds(conn: Connection, item: QueuedConversation, chars: int, limits:
         return [count.scalar_subquery(), chars.scalar_subquery()]
 
     held = select(_queue.c.message_chars).where(same).scalar_subquery()
-    row = conn.execute(select(*usage(unsettled), *usage(and_(unsettled, user)), held)).one()
+    row = conn.execute(select(*usage(counted), *usage(and_(counted, user)), held)).one()
     total_rows, total_chars, user_rows, user_chars, stored = (int(value or 0) for value in row)
     replacing = row[4] is not None
     growth = chars - stored
