@@ -25,4 +25,4 @@ ENV MEMSTORE_DATA_DIR=/home/memstore/data
 EXPOSE 8000
 ENTRYPOINT ["memstore"]
 # Behind an authenticating proxy that sets X-Forwarded-User; a wildcard bind needs the Host names.
-CMD ["serve", "--host", "0.0.0.0", "--port", "8000", "--user-header", "X-Forwarded-User", "--allowed-host", "localhost", "--allowed-host", "memstore"]
+CMD ["serve", "--host", "0.0.0.0", "--port", "8000", "--user-header", "X-Forwarded-User", "--allowed-host", "localhost", "--allowed-host", "127.0.0.1", "--allowed-host", "memstore"]

@@ -4,10 +4,14 @@ The database comes from, first match wins: the connection or URL handed over by
 ``memstore.storage.sql.migrate``; ``alembic -x url=...``; ``sqlalchemy.url`` in alembic.ini;
 memstore's own configuration (``MEMSTORE_DATABASE_URL``, the YAML file, else the embedded SQLite
 file). Online runs started by the ``alembic`` command take the same migration lock as memstore.
+
+From an installed wheel, an ini of two lines is enough (docs/operations.md):
+``[alembic]`` and ``script_location = memstore:_alembic``; its logging sections are optional.
 """
 
 from __future__ import annotations
 
+import logging
 import warnings
 from logging.config import fileConfig
 from typing import Any
@@ -22,9 +26,17 @@ from memstore.storage.sql.engine import database_url_from_config, get_engine, no
 from memstore.storage.sql.migrate import migration_connection
 from memstore.storage.sql.models import Base
 
+LOGGING_SECTIONS = ("loggers", "handlers", "formatters")
+
 config = context.config
 if config.config_file_name is not None:
-    fileConfig(config.config_file_name, disable_existing_loggers=False)
+    # The `alembic` command. An ini with the logging sections (the checkout's) configures logging;
+    # a minimal one (two lines, beside an installed wheel) gets Alembic's progress on stderr.
+    if all(config.file_config.has_section(section) for section in LOGGING_SECTIONS):
+        fileConfig(config.config_file_name, disable_existing_loggers=False)
+    else:
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)-5.5s [%(name)s] %(message)s")
+        logging.getLogger("alembic").setLevel(logging.INFO)
 
 
 def database_url() -> URL:

@@ -107,7 +107,7 @@ class MemoryConfig(BaseModel):
     queue_lease_seconds: float = Field(default=60.0, ge=0.5, le=3600)
     queue_poll_seconds: float = Field(default=1.0, gt=0, le=60)
     queue_enqueue_timeout_seconds: float = Field(default=2.0, gt=0, le=60)
-    # /readyz: not ready while the oldest queued turn has waited longer than this.
+    # The queue lag /readyz reports as lagging (and doctor warns about); never makes the API unready.
     ready_max_queue_lag_seconds: float = Field(default=300.0, ge=1, le=86_400)
     # Staleness review and consolidation (the reference's fields and defaults).
     staleness_review_enabled: bool = True
@@ -290,6 +290,20 @@ def _read_yaml_section(path: Path) -> dict[str, Any]:
         return {}
     if not isinstance(loaded, dict):
         raise ConfigError(f"memory config file {path} must be a mapping with a 'memory:' section")
+    # Anything beside `memory:` (a setting at the top level, a `memstore:` section) would be
+    # ignored, and memstore would run on its defaults while the file seemed to be in use.
+    unknown = [str(key) for key in loaded if key != "memory"]
+    if unknown:
+        names = ", ".join(repr(key) for key in unknown)
+        hint = (
+            "; indent the settings under 'memory:'"
+            if any(key in MemoryConfig.model_fields for key in unknown)
+            else ""
+        )
+        raise ConfigError(
+            f"memory config file {path}: unknown top-level key{'s' if len(unknown) > 1 else ''} {names} "
+            f"(memstore reads only its 'memory:' section){hint}"
+        )
     section = loaded.get("memory") or {}
     if not isinstance(section, dict):
         raise ConfigError(f"'memory' in {path} must be a mapping, got {type(section).__name__}")

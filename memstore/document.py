@@ -19,6 +19,11 @@ DOCUMENT_KEYS = ("version", "lastUpdated", "user", "history", "facts")
 """The interchange format's top-level keys; providers may add their own (``revision``, ...)."""
 DEFAULT_CATEGORY = "context"
 """The category of a fact that names none (an LLM that omits it, a manual fact, an old document)."""
+MANUAL_CONFIDENCE = 0.7
+"""The confidence of a fact added by hand without one, on every path (helpers, tools, MCP, HTTP).
+
+The default ``fact_confidence_threshold``: a fact someone stated ranks with what the extractor
+keeps, not below all of it. The reference gave 0.5 to its API and helpers and 0.7 to its tool."""
 
 # Size caps for everything that enters memory: extractor replies, the fact helpers and tools, the
 # HTTP API and imports. One fact or summary over them would crowd everything else out of the

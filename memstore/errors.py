@@ -105,6 +105,11 @@ class QueryError(MemstoreError, ValueError):
     """A query the caller can fix: bad filter values, paging out of range."""
 
 
+class BackupError(MemstoreError):
+    """A backup that cannot be made or restored (not a backup, another schema revision, truncated,
+    a target that already holds memory); a failed restore leaves the target as it was."""
+
+
 # -- update --------------------------------------------------------------------------------
 
 

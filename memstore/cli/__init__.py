@@ -94,6 +94,7 @@ def main() -> None:
 
 def _register() -> None:
     """Attach each command module; imported here so ``memstore --help`` lists them all."""
+    from memstore.cli.backup import backup, restore
     from memstore.cli.config_show import config
     from memstore.cli.db import db
     from memstore.cli.demo import demo
@@ -110,6 +111,7 @@ def _register() -> None:
     from memstore.cli.stats import stats
     from memstore.cli.transfer import export_command, import_command
 
+    main.add_command(backup)
     main.add_command(config)
     main.add_command(db)
     main.add_command(demo)
@@ -123,6 +125,7 @@ def _register() -> None:
     main.add_command(lifecycle)
     main.add_command(mcp)
     main.add_command(queue)
+    main.add_command(restore)
     main.add_command(serve)
     main.add_command(show)
     main.add_command(stats)

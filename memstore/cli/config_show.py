@@ -18,6 +18,8 @@ from pydantic import SecretStr
 
 from memstore.cli.output import echo_json, echo_table
 from memstore.config import CONFIG_PATH_ENV, ENV_PREFIX, MemoryConfig, get_memory_config
+from memstore.errors import ConfigError
+from memstore.queue.process import queue_backend
 from memstore.storage.sql.engine import mask_url
 
 
@@ -42,7 +44,11 @@ def _source(field: str, path: str | None, in_file: set[str]) -> str:
 
 
 def settings_with_sources(config: MemoryConfig) -> dict[str, dict[str, Any]]:
-    """``{setting: {"value", "source"}}`` in field order, JSON-ready and with secrets masked."""
+    """``{setting: {"value", "source"}}`` in field order, JSON-ready and with secrets masked.
+
+    An unset ``queue_backend`` shows the backend it resolves to, with the source saying so: a
+    blank there read as "no queue".
+    """
     path, in_file = _file_keys()
     dumped = config.model_dump(mode="json")
     shown: dict[str, dict[str, Any]] = {}
@@ -51,6 +57,13 @@ def settings_with_sources(config: MemoryConfig) -> dict[str, dict[str, Any]]:
         if field == "database_url" and isinstance(value, str):
             value = mask_url(value)
         shown[field] = {"value": value, "source": _source(field, path, in_file)}
+    if config.queue_backend is None:
+        try:
+            backend = queue_backend(config)
+        except ConfigError:
+            pass  # storage_class cannot be loaded: the unset value stays, and `doctor` says why
+        else:
+            shown["queue_backend"] = {"value": backend, "source": "derived from storage_class"}
     return shown
 
 

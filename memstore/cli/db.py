@@ -16,7 +16,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.cli.confirm import confirm_deletion, echo_listing, yes_option
+from memstore.cli.params import not_blank
 from memstore.config import get_memory_config
+from memstore.errors import MigrationError
 from memstore.storage.loader import load_storage_class
 from memstore.storage.sql import SqlMemoryStorage, migrate
 from memstore.storage.sql.downgrade_plan import Dropped, plan_downgrade
@@ -25,6 +27,7 @@ from memstore.storage.sql.engine import database_url_from_config, dispose_engine
 url_option = click.option(
     "--url",
     metavar="URL",
+    callback=not_blank,
     help="SQLAlchemy database URL. Default: database_url from MEMSTORE_DATABASE_URL or the "
     "MEMSTORE_CONFIG file, else the embedded SQLite file in data_dir.",
 )
@@ -32,7 +35,7 @@ url_option = click.option(
 
 @click.group()
 def db() -> None:
-    """Create and migrate the memstore schema (upgrade, downgrade, current, history, sql)."""
+    """Create, migrate and check the memstore schema (upgrade, downgrade, current, check, stamp, ...)."""
     click.get_current_context().call_on_close(dispose_engines)
 
 
@@ -78,9 +81,59 @@ def current(url: str | None) -> None:
     """Show the database's revision."""
     url = _resolve(url)
     with _reporting(url):
+        migrate.require_database(url)  # a missing SQLite file is not an empty database
         revision, head = migrate.current(url), migrate.head()
     state = "(head)" if revision == head else f"(head is {head}: run `memstore db upgrade`)"
     click.echo(f"{mask_url(url)}: {_label(revision)} {state}")
+
+
+@db.command()
+@click.argument("revision")
+@url_option
+def stamp(revision: str, url: str | None) -> None:
+    """Record REVISION as the database's revision without running any migration.
+
+    For a schema that is already there but not recorded: tables created by hand or restored from
+    a dump without the alembic_version table. Nothing else is changed, so a wrong REVISION makes
+    the next upgrade fail or skip steps: check with `memstore db check` afterwards.
+    """
+    url = _resolve(url)
+    with _reporting(url):
+        before, after = migrate.stamp(url, revision)
+    click.echo(f"{_moved(url, before, after)} (stamped: no migration ran)")
+
+
+@db.command()
+def heads() -> None:
+    """Show the head revision shipped with this memstore (what `db upgrade` migrates to)."""
+    with _reporting(None):
+        scripts = migrate.heads()
+    for script in scripts:
+        click.echo(f"{script.revision} (head): {(script.doc or '').strip()}")
+
+
+@db.command()
+@url_option
+def check(url: str | None) -> None:
+    """Check that the database is at head and its schema matches memstore's models.
+
+    Exits 1 when it is behind head (or ahead: a newer memstore migrated it), or when a table,
+    column or index differs from what the migrations create (changed by hand), listing each
+    difference on stderr. Tables memstore does not model are another application's and ignored.
+    Reads the catalog only.
+    """
+    url = _resolve(url)
+    with _reporting(url):
+        found = migrate.check(url)
+    if not found.at_head:
+        raise migrate.schema_not_ready(mask_url(url), found.current, found.head)
+    if found.differences:
+        echo_listing(f"{mask_url(url)} differs from memstore's models at {found.head}:", found.differences)
+        raise MigrationError(
+            f"database {mask_url(url)} is at head {found.head}, but its schema differs from memstore's "
+            f"models in {len(found.differences)} place(s), listed above: changed outside the migrations"
+        )
+    click.echo(f"{mask_url(url)}: at head {found.head}; the schema matches memstore's models")
 
 
 @db.command()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from memstore.cli.output import echo_json, progress
-from memstore.ops.embeddings import EmbeddingReport, embed_facts, embedding_report
+from memstore.errors import ConfigError
+from memstore.ops.embeddings import NO_EMBEDDINGS, EmbeddingReport, embed_facts, embedding_report
 
 
 @click.command("embed")
@@ -18,11 +19,16 @@ def embed(rebuild: bool, status_only: bool, as_json: bool) -> None:
     """Embed live facts with the configured embedding_provider, with a progress bar.
 
     Without --rebuild only facts with no valid vector under the configured model are embedded
-    (new, edited, or made by another model). --status reports counts and the search backend.
+    (new, edited, or made by another model). --status reports counts and the search backend,
+    and says so when embeddings are off.
     """
+    if rebuild and status_only:
+        raise click.UsageError("--status embeds nothing, --rebuild re-embeds every fact: choose one")
     report = embedding_report()
     if not status_only:
-        total = report.status.live_facts if rebuild else report.missing
+        if report.model is None or report.status is None:  # with a model there are always vectors
+            raise ConfigError(NO_EMBEDDINGS)
+        total = report.status.live_facts if rebuild else report.status.missing(report.model)
         with progress("Embedding facts", total) as advance:
             embed_facts(rebuild=rebuild, progress=advance)
         report = embedding_report()
@@ -34,10 +40,20 @@ def embed(rebuild: bool, status_only: bool, as_json: bool) -> None:
 
 def _print(report: EmbeddingReport) -> None:
     status = report.status
-    click.echo(f"model:      {report.model}")
+    if report.model is None:
+        click.echo("model:      none (embedding_provider is none: set it to openai or local to embed facts)")
+    else:
+        click.echo(f"model:      {report.model}")
+    if status is None:
+        click.echo("backend:    none (this storage provider keeps no vectors)")
+        return
     click.echo(f"backend:    {status.backend} (cross-scope semantic search)")
     click.echo(f"live facts: {status.live_facts}")
-    click.echo(f"embedded:   {status.embedded(report.model)}")
+    if report.model is None:
+        for model, count in sorted(report.other_models.items()):
+            click.echo(f"unused:     {count} vector(s) by {model}, kept for when embeddings are on again")
+        return
+    click.echo(f"embedded:   {report.embedded}")
     click.echo(f"missing:    {report.missing}")
     for model, count in sorted(report.other_models.items()):
         click.echo(f"stale:      {count} vector(s) by {model}: run `memstore embed --rebuild`")

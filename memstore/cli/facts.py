@@ -9,7 +9,8 @@ from typing import Any, cast
 import click
 
 from memstore.cli.output import echo_json, echo_table, user_id_option
-from memstore.document import FACT_CATEGORIES
+from memstore.cli.params import FRACTION, OFFSET, PAGE_SIZE, agent_name_option, not_blank
+from memstore.document import FACT_CATEGORIES, as_utc
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
 from memstore.storage.records import FACT_ORDERS, SEARCH_MODES, AgentFilter, FactOrder, SearchMode, iso
 
@@ -20,10 +21,10 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The filter flags shared by ``list`` and ``search``."""
     options = [
         click.option("--user", "user_id", callback=user_id_option, help="Only this user's facts."),
-        click.option("--agent", "agent_name", help="Only this agent's memory."),
+        click.option("--agent", "agent_name", callback=agent_name_option, help="Only this agent's memory."),
         click.option("--no-agent", is_flag=True, help="Only the users' own memory (no agent)."),
         click.option("--category", help="Only this category (preference, knowledge, context, ...)."),
-        click.option("--min-confidence", type=float, help="Only facts at or above this confidence (0-1)."),
+        click.option("--min-confidence", type=FRACTION, help="Only facts at or above this confidence."),
         click.option("--text", help="Only facts containing this text (case-insensitive)."),
         click.option(
             "--since", type=click.DateTime(_DATE_FORMATS), help="Created at or after (UTC unless given)."
@@ -31,8 +32,8 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--until", type=click.DateTime(_DATE_FORMATS), help="Created before (UTC unless given)."
         ),
-        click.option("--limit", default=50, show_default=True, help="Page size (1-1000)."),
-        click.option("--offset", default=0, show_default=True, help="Rows to skip, for paging."),
+        click.option("--limit", type=PAGE_SIZE, default=50, show_default=True, help="Page size."),
+        click.option("--offset", type=OFFSET, default=0, show_default=True, help="Rows to skip, for paging."),
         click.option("--json", "as_json", is_flag=True, help="Print the page as JSON."),
     ]
     for option in reversed(options):
@@ -70,7 +71,7 @@ def list_command(
 
 
 @facts.command("search")
-@click.argument("query")
+@click.argument("query", callback=not_blank)
 @click.option(
     "--mode",
     type=click.Choice(SEARCH_MODES),
@@ -101,6 +102,8 @@ def _filter(
 ) -> FactFilter:
     if no_agent and agent_name:
         raise click.UsageError("--agent and --no-agent exclude each other")
+    if since and until and as_utc(since) > as_utc(until):
+        raise click.UsageError("--since is later than --until: no fact can match")
     agent: AgentFilter = None if no_agent else agent_name if agent_name else ANY_AGENT
     if category is not None and category not in FACT_CATEGORIES:
         # Not an error: facts from an LLM or an import may carry categories of their own.

@@ -10,11 +10,15 @@ from __future__ import annotations
 import click
 
 EXAMPLES = {
+    "backup": "memstore backup memstore-2026-11-21.jsonl.gz",
     "config show": "memstore config show --json",
+    "db check": "memstore db check --url postgresql://memstore@db.internal/memstore",
     "db current": "memstore db current --url postgresql://memstore@db.internal/memstore",
     "db downgrade": "memstore db downgrade 0005   # lists what it drops; asks if that holds data",
+    "db heads": "memstore db heads",
     "db history": "memstore db history",
     "db sql": "memstore db sql --dialect postgresql --from 0005 --to head",
+    "db stamp": "memstore db stamp head   # the tables are there; their revision was never recorded",
     "db upgrade": "memstore db upgrade",
     "demo": "memstore demo",
     "doctor": "memstore doctor --json",
@@ -30,6 +34,7 @@ EXAMPLES = {
     "queue purge": "memstore queue purge 12 13   # asks first; --yes in scripts",
     "queue retry": "memstore queue retry 12 13",
     "queue status": "memstore queue status --json",
+    "restore": "memstore restore memstore-2026-11-21.jsonl.gz --url postgresql://memstore@db.internal/memstore",
     "serve": "memstore serve --user-header X-Forwarded-User --port 8000",
     "show": "memstore show --user alice --agent coder",
     "stats": "memstore stats --json",

@@ -8,15 +8,21 @@ from typing import Any
 import click
 
 from memstore.cli.output import echo_json, echo_table, user_id_option
+from memstore.cli.params import PAGE_SIZE, agent_name_option, not_blank
 from memstore.queries import ANY_AGENT, FactFilter, memory_history
 from memstore.storage.records import HistoryEntry, iso
 
 
 @click.command()
 @click.option("--user", "user_id", callback=user_id_option, required=True, help="User id.")
-@click.option("--agent", "agent_name", help="Only this agent's memory (default: all of the user's scopes).")
-@click.option("--fact", "fact_id", help="Only the changes of this fact id.")
-@click.option("--limit", default=100, show_default=True, help="Show the newest N changes (1-1000).")
+@click.option(
+    "--agent",
+    "agent_name",
+    callback=agent_name_option,
+    help="Only this agent's memory (default: all of the user's scopes).",
+)
+@click.option("--fact", "fact_id", callback=not_blank, help="Only the changes of this fact id.")
+@click.option("--limit", type=PAGE_SIZE, default=100, show_default=True, help="Show the newest N changes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the entries, with before/after values, as JSON.")
 def history(user_id: str, agent_name: str | None, fact_id: str | None, limit: int, as_json: bool) -> None:
     """Every change to the user's facts and summaries: when, which revision, by whom, before and after."""

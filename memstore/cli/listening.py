@@ -20,11 +20,20 @@ HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 ANY_ADDRESS = ("0.0.0.0", "::", "")
 
+
+def _host_names(_ctx: click.Context, param: click.Parameter, names: tuple[str, ...]) -> tuple[str, ...]:
+    """An empty ``--allowed-host`` (an unset shell variable) matches no request: refused, not served."""
+    if any(not name.strip() for name in names):
+        raise click.BadParameter("a Host name must not be empty", param=param)
+    return names
+
+
 ALLOWED_HOST = click.option(
     "--allowed-host",
     "allowed_hosts",
     multiple=True,
     metavar="NAME",
+    callback=_host_names,
     help="A Host name requests may carry (repeatable; IPv6 in brackets; '*' accepts any). "
     "Default: the --host address, plus localhost, 127.0.0.1 and [::1] for a loopback address.",
 )

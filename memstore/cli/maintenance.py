@@ -12,6 +12,9 @@ from memstore.cli.output import echo_counts, echo_json, user_id_option
 from memstore.queries import erase_user, list_scopes, vacuum_counts
 from memstore.queries import vacuum as vacuum_store
 
+MAX_DAYS = 36_500
+"""A century: older than that is everything, and far larger values overflow the date arithmetic."""
+
 
 @click.command()
 @click.option(
@@ -49,7 +52,7 @@ def erase(user_id: str, yes: bool, as_json: bool) -> None:
     "--older-than",
     "days",
     required=True,
-    type=click.IntRange(min=0),
+    type=click.IntRange(0, MAX_DAYS),
     help="Purge audit history and tombstones older than this many days.",
 )
 @yes_option

@@ -13,6 +13,7 @@ from typing import Literal
 import click
 
 from memstore.cli.listening import ALLOWED_HOST, allowed_hosts_or_fail, header_name, listen
+from memstore.cli.params import agent_name_option, strict_user_id
 from memstore.storage.loader import get_memory_storage
 
 DEFAULT_MCP_PORT = 8001  # next to memstore serve's 8000, so both can run on one host
@@ -34,14 +35,19 @@ DEFAULT_MCP_PORT = 8001  # next to memstore serve's 8000, so both can run on one
     type=click.IntRange(1, 65535),
     help="HTTP: port.",
 )
-@click.option("--user", "user_id", help="Every tool call acts as this user.")
+@click.option("--user", "user_id", callback=strict_user_id, help="Every tool call acts as this user.")
 @click.option(
     "--user-header",
     callback=header_name,
     help="HTTP: take the user from this request header (through make_safe_user_id). Only behind a "
     "reverse proxy that authenticates callers and replaces any copy a client sent.",
 )
-@click.option("--agent", "agent_name", help="Use this agent's memory instead of the user's own.")
+@click.option(
+    "--agent",
+    "agent_name",
+    callback=agent_name_option,
+    help="Use this agent's memory instead of the user's own.",
+)
 @ALLOWED_HOST
 def mcp(
     transport: Literal["stdio", "http"],

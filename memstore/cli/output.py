@@ -19,6 +19,7 @@ from typing import IO, Any
 
 import click
 
+from memstore.cli.params import not_blank
 from memstore.ops.view import one_line
 from memstore.scope import lookup_user_id
 
@@ -147,11 +148,12 @@ def _cell(value: object) -> str:
     return one_line("" if value is None else f"{value:.2f}" if isinstance(value, float) else str(value))
 
 
-def user_id_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+def user_id_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A lookup's ``--user`` takes a stored id or the external id a gateway saw (``alice@example.com``).
 
     Both find the scope the gateway wrote: see ``memstore.scope.lookup_user_id``. Commands that
     write a named scope (``import --user``, ``serve --user``) keep strict ids, so a typo is an
-    error instead of a new scope.
+    error instead of a new scope. An empty value is a usage error, not the id it would map to.
     """
+    value = not_blank(ctx, param, value)
     return None if value is None else lookup_user_id(value)

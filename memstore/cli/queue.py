@@ -14,13 +14,17 @@ import click
 from memstore.cli.confirm import confirm_deletion, echo_listing, yes_option
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_json, echo_table
+from memstore.cli.params import not_blank
 from memstore.cli.worker_metrics import serve_metrics
-from memstore.config import get_memory_config
+from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import ConfigError
 from memstore.ops.lifecycle import run_lifecycle
 from memstore.ops.queue import purge_counts, purge_dead, queue_status, retry_dead
 from memstore.queue.database import DatabaseUpdateQueue
+from memstore.storage.loader import get_memory_storage, load_storage_class
+from memstore.storage.sql import SqlMemoryStorage, migrate
 from memstore.storage.sql.engine import database_url_from_config
+from memstore.update.updater import MemoryUpdater
 
 logger = logging.getLogger(__name__)
 
@@ -38,30 +42,38 @@ logger = logging.getLogger(__name__)
     default=None,
     help="Serve Prometheus /metrics on this port (off by default).",
 )
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Address for --metrics-port.")
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    callback=not_blank,
+    help="Address for --metrics-port.",
+)
 def worker(workers: int | None, metrics_port: int | None, metrics_host: str) -> None:
     """Run queue workers without a gateway, until SIGTERM or Ctrl-C.
 
     Each worker claims one scope at a time from the database queue, runs its conversations
-    through the updater and saves them. On SIGTERM it stops claiming and waits up to
-    shutdown_timeout_seconds for running conversations; what it does not finish stays queued.
+    through the updater and saves them. It needs the SQL provider and database_url (the
+    gateways' database), and checks the schema and LLM settings before it starts. On SIGTERM
+    it stops claiming and waits up to shutdown_timeout_seconds for running conversations; what
+    it does not finish stays queued.
     With expire_below set, it also runs `memstore lifecycle run` every lifecycle_interval_seconds.
     --metrics-port serves this process's Prometheus series and the queue's gauges.
     """
     config = get_memory_config()
-    if config.queue_backend == "memory":
-        raise ConfigError("queue_backend is 'memory': there is no database queue for a worker to run")
+    url = _queue_database(config)
     count = workers or config.queue_workers or 4
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
-        logger.warning("memstore worker: %s received, shutting down", signal.Signals(signum).name)
+        # How a worker is meant to stop (a deploy, Ctrl-C): news, not a warning.
+        logger.info("memstore worker: %s received, shutting down", signal.Signals(signum).name)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     metrics = serve_metrics(metrics_host, metrics_port) if metrics_port is not None else None
-    queue = DatabaseUpdateQueue(database_url_from_config(config), workers=count)
+    queue = DatabaseUpdateQueue(url, workers=count)
     click.echo(f"memstore worker: {count} worker(s) on {queue.url} as {queue.owner}", err=True)
     if metrics is not None:
         click.echo(f"memstore worker: metrics at http://{metrics_host}:{metrics_port}/metrics", err=True)
@@ -76,6 +88,30 @@ def worker(workers: int | None, metrics_port: int | None, metrics_host: str) -> 
     click.echo(f"memstore worker: stopped ({queue.stats.updated} updated)", err=True)
     if not finished:
         raise SystemExit(1)
+
+
+def _queue_database(config: MemoryConfig) -> str:
+    """The database whose queue the worker runs, once the setup can work at all.
+
+    Each refusal is one line at start. Without these checks a worker claimed rows it could only
+    fail (file provider, no model_name), or created an empty SQLite file and idled on it.
+    """
+    if config.queue_backend == "memory":
+        raise ConfigError("queue_backend is 'memory': there is no database queue for a worker to run")
+    if not issubclass(load_storage_class(config.storage_class), SqlMemoryStorage):
+        raise ConfigError(
+            "the durable queue lives in the SQL provider's database; "
+            f"storage_class is {config.storage_class}: there is no queue for a worker to run"
+        )
+    if not config.database_url:
+        raise ConfigError(
+            "database_url is not set: a worker runs the queue of the gateways' database; set "
+            f"MEMSTORE_DATABASE_URL (the embedded file here would be {database_url_from_config(config)})"
+        )
+    migrate.require_database(config.database_url)
+    MemoryUpdater().prepare()  # the LLM settings, as each worker thread checks them before a claim
+    get_memory_storage()  # the schema: at head, or (SQLite, auto_migrate) migrated now
+    return database_url_from_config(config)
 
 
 def _expire() -> None:
@@ -121,7 +157,8 @@ def status(as_json: bool) -> None:
     )
     config = get_memory_config()
     click.echo(
-        f"bounds: {figures.pending + figures.leased:,} of {config.max_queue_depth:,} conversations, "
+        f"bounds: {figures.pending + figures.leased + figures.dead:,} of {config.max_queue_depth:,} "
+        "conversations, "
         f"{figures.held_chars:,} of {config.max_queue_chars:,} characters; "
         f"users at their share ({config.queue_user_share:g}): {figures.users_at_share}"
     )

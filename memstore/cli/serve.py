@@ -11,8 +11,8 @@ from __future__ import annotations
 import click
 
 from memstore.cli.listening import ALLOWED_HOST, allowed_hosts_or_fail, header_name, listen
+from memstore.cli.params import strict_user_id
 from memstore.document import MAX_DOCUMENT_BYTES
-from memstore.scope import validate_user_id
 from memstore.storage.loader import get_memory_storage
 
 
@@ -22,6 +22,7 @@ from memstore.storage.loader import get_memory_storage
 @click.option(
     "--user",
     "user_id",
+    callback=strict_user_id,
     help="Serve this one user's memory: every request acts as this user.",
 )
 @click.option(
@@ -51,7 +52,6 @@ def serve(
 
     hosts = allowed_hosts_or_fail(host, allowed_hosts)
     if user_id is not None:
-        validate_user_id(user_id)
         identity = fixed_user(user_id)
         who = f"every request acts as user {user_id!r}"
     else:

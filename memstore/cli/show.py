@@ -8,6 +8,7 @@ import click
 
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import user_id_option
+from memstore.cli.params import agent_name_option
 from memstore.ops.view import memory_lines
 from memstore.queries import operations_of
 from memstore.scope import resolve_scope
@@ -16,7 +17,9 @@ from memstore.storage.loader import get_memory_storage
 
 @click.command()
 @click.option("--user", "user_id", callback=user_id_option, required=True, help="User id.")
-@click.option("--agent", "agent_name", help="Agent name (default: the user's own memory).")
+@click.option(
+    "--agent", "agent_name", callback=agent_name_option, help="Agent name (default: the user's own memory)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the memory document as JSON.")
 def show(user_id: str, agent_name: str | None, as_json: bool) -> None:
     """Show the memory document of one user (and agent).

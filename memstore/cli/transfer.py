@@ -10,11 +10,12 @@ import click
 
 from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
 from memstore.cli.output import progress, user_id_option
+from memstore.cli.params import agent_name_option, strict_user_id
 from memstore.ops.transfer import ImportReport, export_scopes, import_entries
 from memstore.ops.view import one_line
 from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
-from memstore.storage.file.layout import TreeEntry, discover_tree
+from memstore.storage.file.layout import TreeEntry, discover_tree, other_json_files
 from memstore.storage.loader import get_memory_storage
 
 
@@ -23,9 +24,12 @@ from memstore.storage.loader import get_memory_storage
 @click.option(
     "--user",
     "user_id",
+    callback=strict_user_id,
     help="Scope for a single-file import (default: the legacy global scope).",
 )
-@click.option("--agent", "agent_name", help="Agent scope for a single-file import.")
+@click.option(
+    "--agent", "agent_name", callback=agent_name_option, help="Agent scope for a single-file import."
+)
 @click.option("--dry-run", is_flag=True, help="Report what would change without writing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def import_command(
@@ -34,9 +38,11 @@ def import_command(
     """Import PATH: a memory tree (users/<u>/[agents/<a>/]memory.json, legacy files) or one JSON file.
 
     Idempotent: documents equal to what is stored are reported unchanged and not written.
-    Exits 3 when some items were invalid (the valid ones are still imported).
+    Exits 3 when some items were invalid (the valid ones are still imported). Other JSON files in
+    a tree (users/alice.json) are listed as skipped; import such a file on its own with --user.
     """
     misplaced: list[tuple[Path, str]] = []
+    skipped: list[tuple[Path, str]] = []
     if path.is_file():
         user, agent = resolve_scope(agent_name, user_id)
         entries = [TreeEntry(path, user, agent)]
@@ -44,10 +50,12 @@ def import_command(
         if user_id or agent_name:
             raise click.UsageError("--user/--agent apply to a single file, not to a tree")
         entries, misplaced = discover_tree(path)
+        skipped = other_json_files(path)
     storage = get_memory_storage()
     with progress("Importing", len(entries)) as advance:
         report = import_entries(storage, entries, dry_run=dry_run, on_item=lambda _entry: advance(1))
     report.invalid.extend(misplaced)
+    report.skipped.extend(skipped)
     _print_report(report, dry_run=dry_run, as_json=as_json)
     if report.invalid:
         sys.exit(EXIT_INVALID_ITEMS)
@@ -89,12 +97,18 @@ def _print_report(report: ImportReport, *, dry_run: bool, as_json: bool) -> None
             "imported": [str(entry.path) for entry in report.imported],
             "unchanged": len(report.unchanged),
             "invalid": [{"path": str(path), "reason": reason} for path, reason in report.invalid],
+            "skipped": [{"path": str(path), "reason": reason} for path, reason in report.skipped],
         }
         click.echo(json.dumps(summary, ensure_ascii=False, indent=2))
         return
     verb = "would import" if dry_run else "imported"
     click.echo(
-        f"{verb}: {len(report.imported)}  unchanged: {len(report.unchanged)}  invalid: {len(report.invalid)}"
+        f"{verb}: {len(report.imported)}  unchanged: {len(report.unchanged)}  "
+        f"invalid: {len(report.invalid)}  skipped: {len(report.skipped)}"
     )
     for path, reason in report.invalid:
         click.echo(f"  invalid {one_line(str(path))}: {one_line(reason)}")
+    for path, reason in report.skipped:
+        click.echo(f"  skipped {one_line(str(path))}: {one_line(reason)}")
+    if report.skipped:
+        click.echo("  (to import a skipped file: memstore import FILE --user USER [--agent AGENT])")

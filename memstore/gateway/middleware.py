@@ -2,7 +2,10 @@
 
 Framework-neutral: call ``memory_context`` when building the prompt and ``after_agent`` with
 the thread's messages when the run ends. Neither may break the request, so both log and
-carry on when memory fails. Neither may stall it either: ``after_agent`` only queues, and
+carry on when memory fails, with one exception: a setup that cannot work (a schema behind
+head, settings that name no usable storage) raises from ``memory_context``, the first call to
+open the store, so an unmigrated deployment fails at once with the command that fixes it instead
+of running every turn without memory. Neither may stall the request either: ``after_agent`` only queues, and
 ``memory_context`` reads the store on a small pool and gives up after
 ``memory_context_timeout_seconds`` (a hung database costs one turn without memory, not a hung
 request).
@@ -18,15 +21,18 @@ from typing import Any
 
 from memstore.capture.conversation import capture_conversation
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.errors import StorageUnavailableError
+from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
 from memstore.gateway.ranking import relevance_scores
 from memstore.gateway.user_context import get_effective_user_id
 from memstore.inject.render import render_memory, wrap_memory_block
-from memstore.queue import get_memory_queue
+from memstore.queue import get_memory_queue, queue_failure
 from memstore.scope import resolve_scope
 from memstore.storage.loader import get_memory_storage
 
 logger = logging.getLogger(__name__)
+
+SETUP_ERRORS = (MigrationError, StorageSetupError, ConfigError)
+"""What no retry fixes: an operator must migrate the database or correct a setting."""
 
 # Reads for memory_context; a few threads are enough because each read is one cheap query.
 _CONTEXT_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore-context")
@@ -63,21 +69,28 @@ class MemoryMiddleware:
             )
             if context is not None:
                 get_memory_queue().submit(context)
-        except Exception:
-            logger.exception("could not queue the memory update for thread %s", thread_id)
+        except Exception as exc:
+            # The exception's text may name the user or the thread (an invalid id): the class only.
+            logger.error(
+                "could not queue a memory update (agent %s): %s", self._agent_name, queue_failure(exc)
+            )
 
     def memory_context(self, *, user_id: str | None = None, query: str | None = None) -> str:
         """The ``<memory>`` block to put in the prompt, or ``""`` when there is nothing to inject.
 
         With a ``query`` (the latest user message) and embeddings configured, facts are ranked by
         relevance to it (``inject.relevance``); otherwise by confidence. A failure is logged and
-        gives ``""``: a turn without memory, never a broken request.
+        gives ``""``: a turn without memory, never a broken request. A setup error
+        (``SchemaNotReadyError`` and the other ``MigrationError``s, ``StorageSetupError``,
+        ``ConfigError``) is raised: it will not pass, and its message says what to run or set.
         """
         config = self._current_config()
         if not config.enabled or not config.injection_enabled:
             return ""
         try:
             return self.read_memory_context(user_id=user_id, query=query)
+        except SETUP_ERRORS:
+            raise
         except StorageUnavailableError as exc:
             logger.warning("memory store unavailable; continuing without memory: %s", exc)
         except Exception:

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from memstore.config import MemoryConfig, get_memory_config
-from memstore.document import DEFAULT_CATEGORY
+from memstore.document import DEFAULT_CATEGORY, MANUAL_CONFIDENCE
 from memstore.errors import (
     EMBEDDINGS_FAILED_MESSAGE,
     STORAGE_UNAVAILABLE_MESSAGE,
@@ -104,7 +104,7 @@ def memory_search(
 def memory_add(
     content: str,
     category: str = DEFAULT_CATEGORY,
-    confidence: float = 0.7,
+    confidence: float = MANUAL_CONFIDENCE,
     *,
     user_id: str | None = None,
     agent_name: str | None = None,

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from memstore.config import get_memory_config
 from memstore.document import (
     DEFAULT_CATEGORY,
+    MANUAL_CONFIDENCE,
     MAX_CATEGORY_CHARS,
     MAX_DOCUMENT_FACTS,
     MAX_FACT_CHARS,
@@ -159,7 +160,7 @@ class MemoryImportRequest(BaseModel):
 class FactCreateRequest(BaseModel):
     content: str = Field(min_length=1, max_length=MAX_FACT_CHARS)
     category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
-    confidence: float = Field(default=0.5, ge=0.0, le=1.0)
+    confidence: float = Field(default=MANUAL_CONFIDENCE, ge=0.0, le=1.0)
 
 
 class FactPatchRequest(BaseModel):

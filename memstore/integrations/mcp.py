@@ -29,7 +29,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memstore.document import DEFAULT_CATEGORY
+from memstore.document import DEFAULT_CATEGORY, MANUAL_CONFIDENCE
 from memstore.gateway import tools
 from memstore.integrations.identity import IdentityHeaderError, user_from_header
 from memstore.scope import normalize_agent_name, validate_user_id
@@ -103,7 +103,10 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
         )
 
     def memory_add(
-        content: str, ctx: Context, category: str = DEFAULT_CATEGORY, confidence: Confidence = 0.7
+        content: str,
+        ctx: Context,
+        category: str = DEFAULT_CATEGORY,
+        confidence: Confidence = MANUAL_CONFIDENCE,
     ) -> dict[str, Any]:
         user_id = identity(ctx)
         return _answer(

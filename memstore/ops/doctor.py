@@ -25,6 +25,7 @@ from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url, normalize_url
 from memstore.storage.sql.queue_admin import queue_status
 from memstore.update.extractor import resolve_extractor
+from memstore.update.updater import MemoryUpdater
 
 Verdict = Literal["ok", "warn", "fail", "skip"]
 PROBE_TIMEOUT_SECONDS = 5.0
@@ -50,18 +51,24 @@ def _settings() -> Finding:
 
 
 def _database(config: MemoryConfig) -> list[Finding]:
+    """The database, schema and queue findings; a part that cannot be checked is a ``skip`` that
+    says why, so the three lines are always there."""
     if config.storage_class != SQL_STORAGE_CLASS:
-        return [Finding("database", "skip", f"storage_class is {config.storage_class}: no database")]
+        return _skipped(
+            Finding("database", "skip", f"storage_class is {config.storage_class}: no database"),
+            "no database",
+        )
     url = database_url_from_config(config)
     try:
         normalize_url(url)
     except ConfigError as exc:
-        return [Finding("database", "fail", str(exc))]
+        return _skipped(Finding("database", "fail", str(exc)), "the database check failed")
     shown = mask_url(url)
     try:
         found = migrate.current(url)
     except (DBAPIError, MigrationError) as exc:
-        return [Finding("database", "fail", f"cannot reach {shown}: {first_line(exc)}")]
+        failed = Finding("database", "fail", f"cannot reach {shown}: {first_line(exc)}")
+        return _skipped(failed, "the database check failed")
     head = migrate.head()
     findings = [Finding("database", "ok", f"reachable: {shown}")]
     if found != head:
@@ -72,11 +79,18 @@ def _database(config: MemoryConfig) -> list[Finding]:
             findings.append(Finding("schema", "ok", f"{at}: migrated when memstore first opens it"))
         else:
             findings.append(Finding("schema", "fail", f"{at}: run `memstore db upgrade`"))
+        findings.append(Finding("queue", "skip", "the schema is not at head"))
         return findings
     findings.append(Finding("schema", "ok", f"at head {head}"))
     if config.queue_backend in (None, "database"):
         findings.append(_queue(url, config))
+    else:
+        findings.append(Finding("queue", "skip", "queue_backend is memory: each process queues its own"))
     return findings
+
+
+def _skipped(database: Finding, reason: str) -> list[Finding]:
+    return [database, Finding("schema", "skip", reason), Finding("queue", "skip", reason)]
 
 
 def _queue(url: str, config: MemoryConfig) -> Finding:
@@ -95,10 +109,16 @@ def _queue(url: str, config: MemoryConfig) -> Finding:
 
 
 def _llm(config: MemoryConfig) -> Finding:
-    if resolve_extractor(config) == "rules":
-        return Finding("llm", "skip", "no endpoint configured: updates use the offline rules extractor")
+    endpoint = config.llm_base_url or "https://api.openai.com/v1"
+    try:
+        if resolve_extractor(config) == "rules":
+            return Finding("llm", "skip", "no endpoint configured: updates use the offline rules extractor")
+        # The check every queue worker makes before its first claim (a missing model_name, say).
+        MemoryUpdater(config=config).prepare()
+    except ConfigError as exc:
+        return Finding("llm", "fail", f"{endpoint}: {exc}")
     key = config.llm_api_key.get_secret_value() if config.llm_api_key else None
-    return _probe("llm", config.llm_base_url or "https://api.openai.com/v1", key, config.model_name)
+    return _probe("llm", endpoint, key, config.model_name)
 
 
 def _embeddings(config: MemoryConfig) -> Finding:

@@ -19,31 +19,43 @@ from memstore.errors import ConfigError
 from memstore.scope import Scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
-from memstore.storage.vectors import EmbeddingStatus, VectorStore, semantic_parts
+from memstore.storage.vectors import EmbeddingStatus, VectorStore, semantic_parts, vector_store_of
 
 EMBED_BATCH = 256
 """Facts read and embedded per round (the provider splits it into ``embedding_batch_size`` calls)."""
 
 
+NO_EMBEDDINGS = "embedding_provider is none: set it to openai or local to embed facts"
+
+
 @dataclass(frozen=True)
 class EmbeddingReport:
-    model: str
-    status: EmbeddingStatus
+    """What is embedded under the configured model; with ``embedding_provider: none`` that is a
+    status too (``model`` ``None``: nothing is embedded, and stored vectors wait unused)."""
+
+    model: str | None
+    status: EmbeddingStatus | None
+    """``None`` when the storage provider keeps no vectors (the file provider)."""
 
     @property
-    def missing(self) -> int:
-        return self.status.missing(self.model)
+    def missing(self) -> int | None:
+        return None if self.model is None or self.status is None else self.status.missing(self.model)
+
+    @property
+    def embedded(self) -> int | None:
+        return None if self.model is None or self.status is None else self.status.embedded(self.model)
 
     @property
     def other_models(self) -> dict[str, int]:
-        return self.status.other_models(self.model)
+        """Valid vectors of another model (every stored vector when none is configured)."""
+        return {} if self.status is None else self.status.other_models(self.model or "")
 
     def to_json(self) -> dict[str, object]:
         return {
             "model": self.model,
-            "backend": self.status.backend,
-            "live_facts": self.status.live_facts,
-            "embedded": self.status.embedded(self.model),
+            "backend": None if self.status is None else self.status.backend,
+            "live_facts": None if self.status is None else self.status.live_facts,
+            "embedded": self.embedded,
             "missing": self.missing,
             "other_models": self.other_models,
         }
@@ -52,16 +64,25 @@ class EmbeddingReport:
 def _parts(config: MemoryConfig | None, storage: MemoryStorage | None) -> tuple[Embedder, VectorStore]:
     parts = semantic_parts(config or get_memory_config(), storage or get_memory_storage())
     if parts is None:
-        raise ConfigError("embedding_provider is none: set it to openai or local to embed facts")
+        raise ConfigError(NO_EMBEDDINGS)
     return parts
 
 
 def embedding_report(
     *, config: MemoryConfig | None = None, storage: MemoryStorage | None = None
 ) -> EmbeddingReport:
-    """The configured model, and how many live facts have a valid vector under it."""
-    embedder, store = _parts(config, storage)
-    return EmbeddingReport(embedder.model, store.status())
+    """The configured model, and how many live facts have a valid vector under it.
+
+    Without an embedding provider it still answers (``model`` ``None``): "embeddings are off" is
+    what ``memstore embed --status`` reports then, with any vectors a former model left.
+    """
+    config, storage = config or get_memory_config(), storage or get_memory_storage()
+    parts = semantic_parts(config, storage)
+    if parts is None:
+        store = vector_store_of(storage)
+        return EmbeddingReport(None, None if store is None else store.status())
+    embedder, vectors = parts
+    return EmbeddingReport(embedder.model, vectors.status())
 
 
 def embed_facts(

@@ -22,6 +22,7 @@ from typing import Any
 from memstore.config import get_memory_config
 from memstore.document import (
     DEFAULT_CATEGORY,
+    MANUAL_CONFIDENCE,
     MAX_CATEGORY_CHARS,
     MAX_FACT_CHARS,
     MemoryDocument,
@@ -107,7 +108,7 @@ def clear_memory_data(agent_name: str | None = None, *, user_id: str | None = No
 def create_memory_fact_with_created_fact(
     content: str,
     category: str = DEFAULT_CATEGORY,
-    confidence: float = 0.5,
+    confidence: float = MANUAL_CONFIDENCE,
     agent_name: str | None = None,
     *,
     user_id: str | None = None,
@@ -159,7 +160,7 @@ def create_memory_fact_with_created_fact(
 def create_memory_fact(
     content: str,
     category: str = DEFAULT_CATEGORY,
-    confidence: float = 0.5,
+    confidence: float = MANUAL_CONFIDENCE,
     agent_name: str | None = None,
     *,
     user_id: str | None = None,

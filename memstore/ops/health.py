@@ -1,10 +1,12 @@
 """Readiness of a memstore service in a fleet: what ``/readyz`` answers, one check at a time.
 
-A replica is ready when its database answers, the schema is at the head this code ships (a
-replica behind a migration would fail its first save), and, with the durable queue, the oldest
-waiting turn is younger than ``ready_max_queue_lag_seconds`` (workers are keeping up). The
-answer is for unauthenticated probes, so a failed check names what failed, never the driver's
-message: that goes to the log once per failure, at WARNING, with the URL's password masked.
+A replica is ready when its database answers and the schema is at the head this code ships (a
+replica behind a migration would fail its first save). The durable queue's lag is reported beside
+the checks, never as one: the queue is the workers' job, and a load balancer that took every API
+replica out of rotation because the workers were down would turn a backlog into an outage. Alert
+on the lag instead (``memstore_queue_oldest_pending_seconds`` on ``/metrics``). The answer is for
+unauthenticated probes, so a failed check names what failed, never the driver's message: that
+goes to the log once per failure, at WARNING, with the URL's password masked.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class Check:
 @dataclass(frozen=True)
 class Readiness:
     checks: tuple[Check, ...]
+    queue: Check | None = None
+    """The durable queue's lag (``ok`` while under ``ready_max_queue_lag_seconds``): reported, not a check."""
 
     @property
     def ready(self) -> bool:
@@ -42,7 +46,7 @@ class Readiness:
 
 
 def readiness(storage: MemoryStorage | None = None) -> Readiness:
-    """Database reachable, schema at head, queue lag under the limit (no database: ready)."""
+    """Database reachable and schema at head (no database: ready); the queue's lag beside them."""
     storage = storage or get_memory_storage()
     if not isinstance(storage, SqlMemoryStorage):
         return Readiness((Check("storage", True, f"{type(storage).__name__} keeps no database"),))
@@ -52,18 +56,19 @@ def readiness(storage: MemoryStorage | None = None) -> Readiness:
         logger.warning("readiness: cannot reach the database at %s: %s", storage.url, first_line(exc))
         return Readiness((Check("database", False, "unreachable"),))
     target = migrate.head()
-    checks = [
+    checks = (
         Check("database", True, "reachable"),
         Check("schema", found == target, f"at {found or '<base>'}, head is {target}"),
-    ]
+    )
     if found != target:
         logger.warning("readiness: the database at %s is at %s, head is %s", storage.url, found, target)
+        return Readiness(checks)
     if get_memory_config().queue_backend in (None, "database"):
-        checks.append(_queue_check(storage))
-    return Readiness(tuple(checks))
+        return Readiness(checks, _queue_lag(storage))
+    return Readiness(checks)
 
 
-def _queue_check(storage: SqlMemoryStorage) -> Check:
+def _queue_lag(storage: SqlMemoryStorage) -> Check:
     limit = get_memory_config().ready_max_queue_lag_seconds
     try:
         lag = queue_status(storage).oldest_pending_seconds
@@ -74,7 +79,9 @@ def _queue_check(storage: SqlMemoryStorage) -> Check:
         return Check("queue", True, "nothing waiting")
     detail = f"oldest waiting turn {lag:.0f} s, limit {limit:.0f} s"
     if lag > limit:
-        logger.warning("readiness: the queue at %s lags: %s", storage.url, detail)
+        logger.warning(
+            "readiness: the queue at %s lags (the workers are behind or down): %s", storage.url, detail
+        )
     return Check("queue", lag <= limit, detail)
 
 

@@ -3,6 +3,8 @@
 A run goes scope by scope (every scope, or one user's): it reads the scope and its signals,
 scores each live fact at one instant (``memstore.retention``: decay is ``confidence * max(freshness,
 heat)``; protected categories never expire) and removes those under the threshold right away.
+Its report also counts what the other retention rules would do with the current settings (the
+protected facts, the excess over ``max_facts``), so a dry run answers even with expiry off.
 Each removal is an ordinary merge-safe save of the scope as just read, with origin ``lifecycle``
 and the fact's decay score in the audit ``detail``: a save racing the run keeps its own changes,
 a stale document cannot bring an expired fact back (its tombstone is newer than what that
@@ -52,26 +54,55 @@ class ExpiringFact:
 
 @dataclass(frozen=True)
 class LifecycleReport:
-    """What a run found under the threshold, and how many of those it removed (0 on a dry run).
+    """What each retention rule found with the current settings, and what the run removed.
 
-    ``scopes_scanned`` counts every scope read, the legacy ones without a user included.
+    Expiry lists the facts under ``threshold`` (``None``: expiry is off) and how many of them were
+    removed (0 on a dry run); ``protected`` counts live facts of the categories that never expire;
+    ``over_cap`` the facts past ``max_facts`` that the next save adding facts evicts (scopes over
+    the cap, after this run's expiry). ``scopes_scanned`` counts every scope read, the legacy
+    ones without a user included.
     """
 
-    threshold: float
+    threshold: float | None
     evaluated_at: datetime
     scopes_scanned: int
+    live_facts: int = 0
     expiring: list[ExpiringFact] = field(default_factory=list)
     removed: int = 0
     dry_run: bool = True
+    protected_categories: tuple[str, ...] = ()
+    protected: int = 0
+    max_facts: int = 0
+    scopes_over_cap: int = 0
+    over_cap: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def expiring_scopes(self) -> int:
+        return len({(fact.user_id, fact.agent_name) for fact in self.expiring})
+
+    def lowest(self, limit: int | None = None) -> list[ExpiringFact]:
+        """The expiring facts, lowest decay first (the surest to go), at most ``limit`` of them."""
+        ranked = sorted(self.expiring, key=lambda fact: fact.decay.value)
+        return ranked if limit is None else ranked[:limit]
+
+    def to_json(self, limit: int | None = None) -> dict[str, Any]:
+        """The summary, and the expiring facts (lowest decay first; every one unless ``limit``)."""
         return {
             "threshold": self.threshold,
             "evaluated_at": self.evaluated_at.isoformat(),
             "scopes_scanned": self.scopes_scanned,
+            "live_facts": self.live_facts,
             "dry_run": self.dry_run,
+            "expiring_count": len(self.expiring),
+            "expiring_scopes": self.expiring_scopes,
             "removed": self.removed,
-            "expiring": [fact.to_json() for fact in self.expiring],
+            "protected": {"categories": list(self.protected_categories), "facts": self.protected},
+            "cap": {
+                "max_facts": self.max_facts,
+                "scopes_over": self.scopes_over_cap,
+                "facts_over": self.over_cap,
+            },
+            "expiring": [fact.to_json() for fact in self.lowest(limit)],
         }
 
 
@@ -120,20 +151,21 @@ def run_lifecycle(
     """Score every live fact (of ``user_id``, or of every scope) and, unless ``dry_run``, remove
     those under the threshold, scope by scope, right after scoring it.
 
-    ``threshold`` defaults to the configured ``expire_below``; with neither, there is nothing to
-    do. Each scope is read afresh with its signals, so a fact edited or used before its scope's
-    turn is scored as it is then.
+    ``threshold`` defaults to the configured ``expire_below``. With neither, expiry is off: a dry
+    run reports the other rules (nothing to expire is a result), a real run is refused. Each
+    scope is read afresh with its signals, so a fact edited or used before its scope's turn is
+    scored as it is then.
     """
     config = get_memory_config()
     below = threshold if threshold is not None else config.expire_below
-    if below is None:
+    if below is None and not dry_run:
         raise ConfigError("expire_below is not set: nothing expires (set it, or pass --below)")
     policy = RetentionPolicy.of(config.model_copy(update={"expire_below": below}))
     evaluated_at = now or datetime.now(UTC)
     store = storage if storage is not None else get_memory_storage()
     scopes = operations_of(store).list_scopes(validate_user_id(user_id))
     expiring: list[ExpiringFact] = []
-    removed = 0
+    removed = live = protected = scopes_over = over_cap = 0
     for scope_user, scope_agent in scopes:
         document = store.reload(scope_agent, user_id=scope_user)
         facts = [fact for fact in document.get("facts") or () if isinstance(fact, dict)]
@@ -144,6 +176,12 @@ def run_lifecycle(
             for index, decay in policy.expiring(candidates, evaluated_at).items()
             if isinstance(facts[index].get("id"), str)  # an id-less fact cannot be named in a removal
         }
+        live += len(facts)
+        protected += sum(1 for candidate in candidates if candidate.category in policy.protected_categories)
+        excess = len(facts) - len(found) - config.max_facts
+        if excess > 0:
+            scopes_over += 1
+            over_cap += excess
         scope_expiring = [
             ExpiringFact(
                 scope_user,
@@ -160,7 +198,20 @@ def run_lifecycle(
             removed += _remove(store, document, scope_user, scope_agent, scope_expiring)
     if not dry_run:
         logger.info("lifecycle run removed %d expired fact(s) below %s", removed, below)
-    return LifecycleReport(below, evaluated_at, len(scopes), expiring, removed, dry_run)
+    return LifecycleReport(
+        threshold=below,
+        evaluated_at=evaluated_at,
+        scopes_scanned=len(scopes),
+        live_facts=live,
+        expiring=expiring,
+        removed=removed,
+        dry_run=dry_run,
+        protected_categories=tuple(sorted(policy.protected_categories)),
+        protected=protected,
+        max_facts=config.max_facts,
+        scopes_over_cap=scopes_over,
+        over_cap=over_cap,
+    )
 
 
 def _remove(

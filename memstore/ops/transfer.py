@@ -31,6 +31,8 @@ class ImportReport:
     imported: list[TreeEntry] = field(default_factory=list)
     unchanged: list[TreeEntry] = field(default_factory=list)
     invalid: list[tuple[Path, str]] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+    """Files of a tree that are no document of it (not named ``memory.json``): not read, not an error."""
 
 
 def read_document(path: Path) -> MemoryDocument:

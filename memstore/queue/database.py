@@ -120,9 +120,7 @@ class DatabaseUpdateQueue(UpdateQueue):
         if not config.enabled:
             return
         if self._closed:
-            logger.warning(
-                "memory queue is shut down; dropped a conversation (agent %s)", context.agent_name
-            )
+            logger.warning("memory queue is shut down; dropped a conversation (agent %s)", context.agent_name)
             return
         item = queued_conversation(context)
         if not self._buffer.empty():

@@ -62,6 +62,31 @@ def test_tree_import_reports_then_is_idempotent(tmp_path: Path) -> None:
     assert "imported: 0  unchanged: 2  invalid: 0" in second.stdout
 
 
+def test_json_files_not_named_memory_json_are_reported_as_skipped(tmp_path: Path) -> None:
+    tree = tmp_path / "tree"
+    document = json.dumps({"facts": [{"id": "fact_00000001", "content": "Alice fact"}]})
+    for relative in ("users/alice/memory.json", "users/bob.json", "users/alice/notes.json", "Backup.JSON"):
+        (tree / relative).parent.mkdir(parents=True, exist_ok=True)
+        (tree / relative).write_text(document, encoding="utf-8")
+    (tree / "README.md").write_text("not JSON, not reported", encoding="utf-8")
+
+    result = _run(["import", str(tree), "--json"], tmp_path / "data")
+
+    assert result.returncode == 0, result.stderr  # skipped files are not invalid documents
+    summary = json.loads(result.stdout)
+    assert summary["imported"] == [str(tree / "users" / "alice" / "memory.json")]
+    assert summary["invalid"] == []
+    reason = "not named memory.json, so no scope is read from it"
+    assert summary["skipped"] == [
+        {"path": str(tree / relative), "reason": reason}
+        for relative in ("Backup.JSON", "users/alice/notes.json", "users/bob.json")
+    ]
+    text = _run(["import", str(tree)], tmp_path / "data")
+    assert "imported: 0  unchanged: 1  invalid: 0  skipped: 3" in text.stdout
+    assert f"  skipped {tree / 'users' / 'bob.json'}: {reason}" in text.stdout
+    assert "memstore import FILE --user USER" in text.stdout
+
+
 def test_single_file_needs_valid_scope(tmp_path: Path) -> None:
     path = tmp_path / "one.json"
     path.write_text(json.dumps(create_empty_memory()), encoding="utf-8")

@@ -114,8 +114,10 @@ def test_db_commands_say_the_file_provider_has_no_database(tmp_path: Path) -> No
         assert result.returncode == 1
         assert "keeps no database" in result.stderr and FILE_STORAGE_CLASS in result.stderr
     assert not (tmp_path / "data" / "memory.db").exists()
-    explicit = cli("db", "current", "--url", f"sqlite:///{tmp_path / 'other.db'}")
-    assert explicit.returncode == 0, explicit.stderr
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    for args in (["db", "upgrade", "--url", other], ["db", "current", "--url", other]):
+        explicit = cli(*args)
+        assert explicit.returncode == 0, explicit.stderr
 
 
 @pytest.mark.parametrize("args", [["show", "--user", "nobody"], ["erase", "--user", "nobody", "--yes"]])

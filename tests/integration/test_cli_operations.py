@@ -94,7 +94,7 @@ def test_facts_list_filters_and_pages(seeded: Cli) -> None:
 
 def test_bad_filters_exit_with_a_message(seeded: Cli) -> None:
     result = seeded("facts", "list", "--min-confidence", "7")
-    assert result.returncode == 1 and "min_confidence" in result.stderr
+    assert result.returncode == 2 and "'--min-confidence': 7.0 is not in the range 0<=x<=1" in result.stderr
     # --user takes external ids (mapped by make_safe_user_id): "../etc" is a user with no facts.
     assert seeded.json("facts", "list", "--user", "../etc")["facts"] == []
     result = seeded("facts", "list", "--agent", "coder", "--no-agent")

@@ -132,8 +132,8 @@ def test_refuses_to_start_without_an_identity_source(tmp_path: Path) -> None:
     invalid = subprocess.run(
         [_memstore(), "serve", "--user", "../etc"], capture_output=True, text=True, env=env, check=False
     )
-    assert invalid.returncode == 1
-    assert "Invalid user_id" in invalid.stderr
+    assert invalid.returncode == 2  # a usage error, before anything is opened
+    assert "Invalid value for '--user': Invalid user_id" in invalid.stderr
 
 
 def _raw_status(base: str, head: str, chunks: Iterable[bytes] = ()) -> int:

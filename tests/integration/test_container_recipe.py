@@ -18,8 +18,11 @@ from typing import Any
 import click
 import pytest
 import yaml
+from fastapi.testclient import TestClient
 
 from memstore.cli import main
+from memstore.cli.listening import allowed_hosts_or_fail
+from memstore.cli.serve_app import create_app, fixed_user
 from memstore.config import MemoryConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,3 +86,30 @@ def test_the_dockerfile_copies_what_exists_and_installs_real_extras() -> None:
     assert json.loads(re.findall(r"^ENTRYPOINT (.+)$", dockerfile, re.MULTILINE)[0]) == ["memstore"]
     _parses(json.loads(re.findall(r"^CMD (.+)$", dockerfile, re.MULTILINE)[0]))
     assert re.search(r"^USER memstore$", dockerfile, re.MULTILINE), "the image must not run as root"
+
+
+def _accepted_hosts(command: list[str]) -> list[str]:
+    """The Host names ``memstore serve`` accepts with this command line, as it computes them."""
+    serve = main.commands["serve"]
+    params = serve.make_context("serve", command[1:]).params
+    return allowed_hosts_or_fail(params["host"], params["allowed_hosts"])
+
+
+def test_every_url_the_docs_give_for_the_api_is_accepted_by_it() -> None:
+    """docs/operations.md gives http://127.0.0.1:8000, which the compose API answered with a 400
+    (issue 30 item 11); the health check's URL and the image's default command are held to the same."""
+    docs = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    containers = docs[docs.index("## Containers") :]
+    containers = containers[: containers.index("\n## ")]
+    documented = set(re.findall(r"http://([^/:`\s]+):8000", containers))
+    assert {"127.0.0.1", "localhost"} <= documented
+    api = _memstore_services(_compose())["api"]
+    probed = set(re.findall(r"http://([^/:'\s]+):8000", json.dumps(api["healthcheck"])))
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    default = json.loads(re.findall(r"^CMD (.+)$", dockerfile, re.MULTILINE)[0])
+    for command, hosts in ((api["command"], documented | probed), (default, {"localhost", "127.0.0.1"})):
+        app = create_app(fixed_user("alice"), allowed_hosts=_accepted_hosts(command), max_body_bytes=1024)
+        for host in sorted(hosts):
+            answer = TestClient(app, base_url=f"http://{host}:8000").get("/healthz")
+            assert answer.status_code == 200, (host, answer.text)
+        assert TestClient(app, base_url="http://rebound.example:8000").get("/healthz").status_code == 400

@@ -7,17 +7,22 @@ and names only); the change sets below have the shape DeerMem's updater sends.
 from __future__ import annotations
 
 import copy
+import logging
+import re
+import socket
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from sqlalchemy import text
 
 from memstore.config import MemoryConfig
-from memstore.errors import RevisionConflictError
+from memstore.errors import RevisionConflictError, StorageSetupError, StorageUnavailableError
 from memstore.integrations import deerflow
-from memstore.integrations.deerflow import DeerMemStore
+from memstore.integrations.deerflow import DeerMemStore, SeedStore
 from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
 from memstore.storage.records import FactFilter
 from memstore.storage.sql import SqlMemoryStorage
@@ -348,3 +353,176 @@ def test_a_mixed_case_agents_vectors_are_kept_and_reused(
     assert (
         len(openai_server.embedding_requests) == before + 1
     )  # the query only: the facts' vectors are reused
+
+
+def test_an_agent_save_without_facts_is_refused_and_keeps_them(sql_url: str) -> None:
+    """Issue 30, item 1: DeerMem refuses an agent save that carries no ``facts``."""
+    storage = _storage(sql_url)
+    assert storage.save({"facts": [_fact("keep me")]}, "agent-a", user_id="u")
+    revision = storage.reload("agent-a", user_id="u")["revision"]
+    assert (
+        storage.save({"user": {}, "history": {}}, "agent-a", user_id="u", expected_revision=revision) is False
+    )
+    assert _contents(storage.reload("agent-a", user_id="u")) == {"keep me"}
+    # A summaries save updates the sections it carries and keeps the others, as DeerMem does.
+    assert storage.save(_summaries("Builds gateways") | {"history": {}}, user_id="u")
+    history = {"recentMonths": {"summary": "Shipped v1", "updatedAt": ""}}
+    assert storage.save({"history": history}, user_id="u")
+    document = storage.reload(user_id="u")
+    assert document["user"]["workContext"]["summary"] == "Builds gateways"
+    assert document["history"]["recentMonths"]["summary"] == "Shipped v1"
+
+
+def test_stale_summaries_sent_with_a_named_agents_facts_are_refused(sql_url: str) -> None:
+    """Issue 30, item 2: the shape DeerMem's updater sends; a named agent's revision counts the
+    user scope too, so summaries newer than the document's are not overwritten."""
+    storage = _storage(sql_url)
+    stale = storage.load("agent-a", user_id="alice")
+    assert storage.save(
+        storage.load(user_id="alice") | _summaries("newer"), user_id="alice", expected_revision=0
+    )
+    with pytest.raises(deerflow_standins.MemoryManifestRevisionConflict):
+        storage.apply_changes(
+            {"upserts": [_fact("not committed")], "upsertRevisions": {}, "summaries": _summaries("stale")},
+            user_id="alice",
+            agent_name="agent-a",
+            expected_manifest_revision=stale["revision"],
+        )
+    assert storage.load(user_id="alice")["user"]["workContext"]["summary"] == "newer"
+    assert storage.load("agent-a", user_id="alice")["facts"] == []
+    # Reloaded (DeerMem's retry), the same change lands, and the count moves with both scopes.
+    fresh = storage.reload("agent-a", user_id="alice")
+    result = storage.apply_changes(
+        {"upserts": [_fact("committed")], "upsertRevisions": {}, "summaries": _summaries("merged")},
+        user_id="alice",
+        agent_name="agent-a",
+        expected_manifest_revision=fresh["revision"],
+    )
+    assert result["revision"] == fresh["revision"] + 2 == storage.load("agent-a", user_id="alice")["revision"]
+    assert storage.load(user_id="alice")["user"]["workContext"]["summary"] == "merged"
+    # Another agent's writes do not count: memstore merges across agents (documented).
+    storage.apply_changes({"upserts": [_fact("b")]}, user_id="alice", agent_name="agent-b")
+    assert storage.load("agent-a", user_id="alice")["revision"] == result["revision"]
+
+
+def test_an_upsert_without_a_revision_is_a_create(sql_url: str) -> None:
+    """Issue 30, item 3: no revision in ``upsertRevisions`` or on the fact means "must not exist yet"."""
+    storage = _storage(sql_url)
+    storage.apply_changes({"upserts": [{"id": "x", "content": "first"}]}, user_id="u", agent_name="agent-a")
+    with pytest.raises(deerflow_standins.MemoryFactRevisionConflict, match="must not already exist"):
+        storage.apply_changes(
+            {"upserts": [{"id": "x", "content": "second"}]}, user_id="u", agent_name="agent-a"
+        )
+    with pytest.raises(deerflow_standins.MemoryFactRevisionConflict, match="found None"):
+        storage.apply_changes(
+            {"upserts": [{"id": "y", "content": "edit of nothing", "revision": 1}]},
+            user_id="u",
+            agent_name="agent-a",
+        )
+    with pytest.raises(ValueError, match="upsertRevisions"):
+        storage.apply_changes(
+            {"upserts": [{"id": "x", "content": "bad"}], "upsertRevisions": {"x": 0}},
+            user_id="u",
+            agent_name="agent-a",
+        )
+    assert _contents(storage.load("agent-a", user_id="u")) == {"first"}
+    # With the stored revision, on the fact as DeerMem hands it back, it is an edit.
+    [stored] = storage.load("agent-a", user_id="u")["facts"]
+    result = storage.apply_changes(
+        {"upserts": [stored | {"content": "second"}]}, user_id="u", agent_name="agent-a"
+    )
+    assert [fact["revision"] for fact in result["upsertedFacts"]] == [2]
+    assert _contents(storage.load("agent-a", user_id="u")) == {"second"}
+
+
+def test_strict_user_scope_refuses_every_call_without_a_user(sql_url: str) -> None:
+    """Issue 30, item 4: DeerMem's ``strict_user_scope`` raises ``ValueError`` for a call with no user."""
+    storage = deerflow.DeerMemStorage(StrictConfig(), database_url=sql_url)
+    with pytest.raises(ValueError, match="strict_user_scope"):
+        storage.load()
+    with pytest.raises(ValueError, match="strict_user_scope"):
+        storage.apply_changes({"upserts": [_fact("x")]}, agent_name="agent-a")
+    with pytest.raises(ValueError, match="strict_user_scope"):
+        storage.search_facts("x", scopes=[{"userId": None, "agentName": "agent-a"}])
+    storage.apply_changes({"upserts": [_fact("Alice's")]}, user_id="alice", agent_name="agent-a")
+    assert _contents(storage.load("agent-a", user_id="alice")) == {"Alice's"}
+    # Without the setting, no user is DeerMem's legacy global scope, as before.
+    assert _storage(sql_url).load()["facts"] == []
+
+
+@dataclass
+class StrictConfig:
+    max_facts: int = 100
+    strict_user_scope: bool = True
+
+
+def test_a_missing_sqlite_database_is_a_setup_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 30, item 6: a SQLite file that is not there (and may not be created) will not appear on
+    a retry: a setup error naming the fix, not "unreachable"."""
+    missing = f"sqlite:///file:{tmp_path / 'absent.db'}?mode=rw&uri=true"
+    folder = f"sqlite:///{tmp_path}"  # a folder where the file should be
+    for url in (missing, folder):
+        with pytest.raises(StorageSetupError, match=r"no SQLite database there.*memstore db upgrade"):
+            DeerMemStore(None, database_url=url).load(user_id="alice")
+    assert not (tmp_path / "absent.db").exists()
+    assert "unreachable" not in caplog.text
+
+
+def test_an_outage_is_logged_on_memstores_logger(caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 30, item 6: DeerFlow logs the error its own way; memstore's operators read memstore's logger."""
+    down = f"postgresql+psycopg://memstore@127.0.0.1:{_closed_port()}/memstore"
+    caplog.set_level(logging.ERROR, logger="memstore.integrations.deerflow")
+    for storage in (DeerMemStore(None, database_url=down), SeedStore(database_url=down)):
+        caplog.clear()
+        with pytest.raises(StorageUnavailableError):
+            storage.load(user_id="alice@example.com")
+        [record] = [r for r in caplog.records if r.name == "memstore.integrations.deerflow"]
+        assert "database unreachable" in record.getMessage() and "load" in record.getMessage()
+        assert "alice" not in record.getMessage()
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_the_documented_deermem_config_builds_no_retrieval_index() -> None:
+    """Issue 30, item 6: DeerMem builds its own FTS5 index unless ``retrieval_adapter`` is empty;
+    memstore's adapter searches itself, so the snippet turns DeerMem's off."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text(encoding="utf-8")
+    [snippet] = [
+        block for block in re.findall(r"```yaml\n(.*?)```", page, re.DOTALL) if "DeerMemStorage" in block
+    ]
+    backend = yaml.safe_load(snippet)["memory"]["backend_config"]
+    assert backend == {
+        "storage_class": "memstore.integrations.deerflow.DeerMemStorage",
+        "retrieval_adapter": "",
+    }
+
+
+def test_usage_counts_an_access_recorded_a_moment_ago(sql_url: str) -> None:
+    """DeerMem reads usage right before it evicts: a pending access must count (DeerFlow's own
+    test_query_search_records_access_but_default_injection_does_not)."""
+    storage = _storage(sql_url)
+    fact = _fact("Prefers concise answers")
+    storage.apply_changes({"upserts": [fact]}, user_id="u1", agent_name="__default__")
+    storage.record_fact_accesses([fact["id"]], agent_name="__default__", user_id="u1")
+    usage = storage.get_fact_usage(agent_name="__default__", user_id="u1")
+    assert usage[fact["id"]]["accessCount"] == 1 and usage[fact["id"]]["accessHeat"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("topics", "python"), ("revision", []), ("content", " "), ("confidence", 2), ("status", "deleted")],
+)
+def test_a_fact_outside_deermems_schema_is_refused(sql_url: str, field: str, value: object) -> None:
+    """DeerMem's storage refuses a malformed DeerMem fact, naming the field; so does the adapter."""
+    storage = _storage(sql_url)
+    bad = _fact("Project uses Python") | {field: value}
+    with pytest.raises(ValueError, match=field):
+        storage.apply_changes(
+            {"upserts": [bad], "upsertRevisions": {bad["id"]: None}}, user_id="u", agent_name="a"
+        )
+    assert storage.save({"facts": [bad]}, "a", user_id="u") is False
+    assert storage.load("a", user_id="u")["facts"] == []

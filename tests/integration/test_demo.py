@@ -17,6 +17,7 @@ def test_demo_builds_memory_for_both_users_on_the_default_storage(tmp_path: Path
         [executable, "demo"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
+    assert "WARNING" not in result.stderr  # the demo's data directory is its own, never the default
     out = result.stdout
     assert "Storage:   SqlMemoryStorage" in out
     assert "Extractor: rule-based" in out

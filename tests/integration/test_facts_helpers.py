@@ -98,7 +98,7 @@ def test_create_defaults_and_blank_category() -> None:
     memory = create_memory_fact("Works on memstore", category="   ", user_id="alice")
 
     [fact] = memory["facts"]
-    assert (fact["category"], fact["confidence"]) == ("context", 0.5)
+    assert (fact["category"], fact["confidence"]) == ("context", 0.7)  # the one manual default
 
 
 @pytest.mark.parametrize("content", ["", "   ", None, 42])

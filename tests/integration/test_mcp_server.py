@@ -269,13 +269,13 @@ def test_http_with_a_fixed_user_and_usage_errors(cli: Cli) -> None:
     stdio_header = cli("mcp", "--user-header", HEADER)
     assert stdio_header.returncode == 2 and "needs --transport http" in stdio_header.stderr
     bad_user = cli("mcp", "--user", "../etc")
-    assert bad_user.returncode == 1 and "user" in bad_user.stderr
+    assert bad_user.returncode == 2 and "Invalid value for '--user'" in bad_user.stderr
     wildcard = cli("mcp", "--transport", "http", "--host", "0.0.0.0", "--user", "carol")
     assert wildcard.returncode == 2 and "--allowed-host" in wildcard.stderr
     blank_header = cli("mcp", "--transport", "http", "--user-header", " ")
     assert blank_header.returncode == 2 and "not an HTTP header name" in blank_header.stderr
     bad_agent = cli("mcp", "--user", "carol", "--agent", "../../bad agent")
-    assert bad_agent.returncode == 1 and "Invalid agent_name" in bad_agent.stderr
+    assert bad_agent.returncode == 2 and "Invalid agent_name" in bad_agent.stderr
 
 
 @pytest.mark.postgres

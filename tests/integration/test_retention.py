@@ -231,7 +231,7 @@ def test_the_cli_lists_by_score_and_runs_the_lifecycle(cli: Any) -> None:
     assert table.returncode == 0 and "SCORE" in table.stdout and "LAST ACCESS" in table.stdout
 
     unset = cli("lifecycle", "run", "--dry-run")
-    assert unset.returncode != 0 and "expire_below is not set" in unset.stderr
+    assert unset.returncode == 0 and "expiry:     off: expire_below is not set" in unset.stdout
     dry = cli.json("lifecycle", "run", "--dry-run", "--below", "0.2")
     assert dry["dry_run"] and dry["removed"] == 0
     assert {fact["fact_id"] for fact in dry["expiring"]} == {
@@ -239,7 +239,7 @@ def test_the_cli_lists_by_score_and_runs_the_lifecycle(cli: Any) -> None:
         facts["doubtful"]["id"],
     }
     assert len(storage.reload(user_id=USER)["facts"]) == 5
-    shown = cli("lifecycle", "run", "--dry-run", "--below", "0.2")
+    shown = cli("lifecycle", "run", "--dry-run", "--below", "0.2", "--limit", "5")
     assert "would remove 2 fact(s)" in shown.stdout and "user used Python 2" in shown.stdout
     run = cli.json("lifecycle", "run", "--below", "0.2", "--user", USER)
     assert run["removed"] == 2 and not run["dry_run"]
@@ -250,7 +250,7 @@ def test_the_cli_lists_by_score_and_runs_the_lifecycle(cli: Any) -> None:
     expired = [entry for entry in entries if entry["action"] == "delete"]
     assert {entry["detail"]["reason"] for entry in expired} == {"expired"} and len(expired) == 2
     nothing = cli("lifecycle", "run", "--below", "0.2")
-    assert nothing.returncode == 4 and "removed 0 fact(s)" in nothing.stdout
+    assert nothing.returncode == 0 and "removed 0 fact(s)" in nothing.stdout  # a result, not an error
 
 
 def test_the_updater_confirms_restated_facts_and_audits_why_facts_went(

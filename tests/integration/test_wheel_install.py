@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import venv
@@ -118,3 +119,32 @@ def test_version_config_show_and_doctor_run_from_the_installed_wheel(installed: 
         "embeddings": "skip",
         "tokens": "ok",
     }
+
+
+def test_alembic_runs_from_the_wheel_with_the_documented_ini(installed: Path, tmp_path: Path) -> None:
+    """The wheel ships no alembic.ini; the two lines docs/operations.md gives are enough, and the
+    shipped env.py no longer needs logging sections (it raised KeyError: 'formatters')."""
+    docs = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    [ini] = re.findall(r"```ini\n(.*?)```", docs, re.DOTALL)
+    (tmp_path / "memstore-alembic.ini").write_text(ini, encoding="utf-8")
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    alembic = ("alembic", "-c", "memstore-alembic.ini")
+    upgraded = run(installed, tmp_path, *alembic, "upgrade", "head", url=url)
+    assert "Running upgrade 0001 -> 0002" in upgraded.stderr  # progress, without logging sections
+    assert run(installed, tmp_path, *alembic, "current", url=url).stdout.startswith(
+        f"{migrate.head()} (head)"
+    )
+    assert "No new upgrade operations detected" in run(installed, tmp_path, *alembic, "check", url=url).stdout
+    offline = run(installed, tmp_path, *alembic, "-x", "url=postgresql://", "upgrade", "head", "--sql")
+    assert "CREATE TABLE memory_scopes" in offline.stdout
+
+
+def test_db_heads_stamp_and_check_from_the_installed_wheel(installed: Path, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    head, previous = migrate.head(), migrate.history()[1].revision
+    assert run(installed, tmp_path, "memstore", "db", "heads").stdout.startswith(f"{head} (head): ")
+    run(installed, tmp_path, "memstore", "db", "upgrade", url=url)
+    checked = run(installed, tmp_path, "memstore", "db", "check", url=url)
+    assert checked.stdout == f"{url}: at head {head}; the schema matches memstore's models\n"
+    stamped = run(installed, tmp_path, "memstore", "db", "stamp", previous, url=url)
+    assert stamped.stdout == f"{url}: {head} -> {previous} (stamped: no migration ran)\n"

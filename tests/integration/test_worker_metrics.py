@@ -47,7 +47,12 @@ def _samples(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @contextmanager
 def running_worker(cli: Cli, port: int) -> Iterator[subprocess.Popen[str]]:
-    env = {**cli.env, "MEMSTORE_EXTRACTOR": "rules", "MEMSTORE_DEBOUNCE_SECONDS": "1"}
+    env = {
+        **cli.env,
+        "MEMSTORE_DATABASE_URL": cli.url,  # a worker needs the gateways' database named
+        "MEMSTORE_EXTRACTOR": "rules",
+        "MEMSTORE_DEBOUNCE_SECONDS": "1",
+    }
     process = subprocess.Popen(
         [memstore_executable(), "worker", "--workers", "1", "--metrics-port", str(port)],
         env=env,
@@ -109,6 +114,8 @@ def test_a_worker_serves_its_own_extractions_and_the_queue_gauges(cli: Cli) -> N
 
 
 def test_a_busy_metrics_port_is_exit_5(cli: Cli) -> None:
+    cli.env["MEMSTORE_DATABASE_URL"] = cli.url
+    assert cli("db", "upgrade").returncode == 0  # past the worker's setup checks
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -38,6 +38,7 @@ def test_the_example_parses_with_its_command(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "deerflow-memory").mkdir()  # import checks that its PATH exists
+    (tmp_path / "memstore-2026-11-21.jsonl.gz").touch()  # and restore that its FILE does
     words = shlex.split(EXAMPLES[path], comments=True)
     depth = len(path.split())
     assert words[: depth + 1] == ["memstore", *path.split()]

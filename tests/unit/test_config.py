@@ -32,7 +32,6 @@ def test_defaults_follow_the_reference() -> None:
 def test_yaml_section_then_environment_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(
-        "other: {x: 1}\n"
         "memory:\n  max_facts: 50\n  debounce_seconds: 5\n  guaranteed_categories: [correction, goal]\n",
         encoding="utf-8",
     )
@@ -79,6 +78,42 @@ def test_unknown_yaml_key_is_an_error(tmp_path: Path) -> None:
     path.write_text("memory:\n  max_fact: 50\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="max_fact"):
         load_memory_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "database_url: sqlite:///x.db\n",
+            "unknown top-level key 'database_url' (memstore reads only its 'memory:' section); "
+            "indent the settings under 'memory:'",
+        ),
+        (
+            "memstore:\n  database_url: sqlite:///x.db\n",
+            "unknown top-level key 'memstore' (memstore reads only its 'memory:' section)",
+        ),
+        (
+            "memory:\n  max_facts: 50\nmax_facts: 60\nother: {x: 1}\n",
+            "unknown top-level keys 'max_facts', 'other' (memstore reads only its 'memory:' section); "
+            "indent the settings under 'memory:'",
+        ),
+    ],
+)
+def test_a_top_level_key_other_than_memory_is_an_error_naming_it(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    """Such a file was read as empty: memstore ran on ./.memstore while the file seemed in use."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_memory_config(path)
+    assert str(raised.value) == f"memory config file {path}: {message}"
+
+
+def test_a_file_with_only_an_empty_memory_section_gives_the_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text("# nothing set yet\nmemory:\n", encoding="utf-8")
+    assert load_memory_config(path) == MemoryConfig()
 
 
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from memstore.capture.conversation import ConversationContext
-from memstore.config import MemoryConfig, set_memory_config
-from memstore.errors import InvalidScopeError
+from memstore.config import MemoryConfig
+from memstore.errors import InvalidScopeError, SchemaNotReadyError
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.gateway.user_context import reset_current_user, set_current_user
 from memstore.ops.facts import create_memory_fact, get_memory_data
 from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue
-from memstore.storage.loader import reset_memory_storage
+from memstore.storage.loader import get_memory_storage, reset_memory_storage
+from memstore.storage.sql import migrate
+from memstore.storage.sql.engine import database_url_from_config, get_engine
 from tests.support.recording_updater import RecordingUpdater
 
 
@@ -139,16 +141,30 @@ def test_memory_context_is_empty_when_switched_off(
     assert MemoryMiddleware(config=config).memory_context(user_id="alice") == ""
 
 
-def test_memory_context_survives_a_storage_error(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    blocker = tmp_path / "not-a-directory"
-    blocker.write_text("x")
-    set_memory_config(MemoryConfig(data_dir=str(blocker / "data")))
-    reset_memory_storage()
+def test_memory_context_survives_a_storage_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken_load(*_args: object, **_kwargs: object) -> None:
+        raise OSError("the disk went away")
 
+    monkeypatch.setattr(get_memory_storage(), "load", broken_load)
     with caplog.at_level(logging.ERROR, logger="memstore.gateway.middleware"):
         assert MemoryMiddleware().memory_context(user_id="alice") == ""
 
     assert any(record.exc_info for record in caplog.records)
+
+
+def test_memory_context_raises_a_setup_error_instead_of_running_without_memory(
+    isolated_config: MemoryConfig,
+) -> None:
+    """No turn would ever get memory, so the first one fails with what to do (issue 30 item 10)."""
+    url = database_url_from_config(isolated_config)
+    migrate.upgrade(url)
+    with get_engine(url).begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    reset_memory_storage()
+    with pytest.raises(SchemaNotReadyError, match="migrated by a newer memstore; upgrade memstore"):
+        MemoryMiddleware().memory_context(user_id="alice")
 
 
 def test_default_queue_feeds_the_real_updater() -> None:

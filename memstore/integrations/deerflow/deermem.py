@@ -8,21 +8,26 @@ Scopes. DeerMem keeps summaries per user and facts per (user, agent bucket). The
 the user's own memory, which is also where the seed adapter and ``memstore show --user`` find it;
 a named agent's facts live in ``(user, agent)``, with the user's summaries shown alongside.
 
-Revisions. A document's ``revision`` is memstore's revision of the scope its save writes: the
-user scope for ``agent_name`` None or ``__default__``, the agent's scope otherwise. A save or
-change set whose ``expected_revision`` / ``expected_manifest_revision`` differs from the stored
-one raises DeerMem's ``MemoryManifestRevisionConflict``; a fact whose expected revision (or
-expected absence) does not hold raises ``MemoryFactRevisionConflict``. Where memstore merges
-instead: (1) revisions are per scope, so a write to one agent's facts does not conflict with a
-writer of another agent or of the summaries (DeerMem's single per-user revision would); (2) a
-writer that commits between the check and the write is merged by memstore's rules (both sides'
-new facts kept, deletions honoured), not refused; (3) a ``save`` without ``expected_revision``
-merges from the revision its document carries, where DeerMem's files would overwrite.
+Revisions. A document's ``revision`` counts the writes to what it shows: memstore's revision of
+the user scope for ``agent_name`` None or ``__default__``; for a named agent, the user scope's
+plus the agent scope's, since its document shows the user's summaries too and DeerMem's updater
+sends them back with the agent's facts. Both only grow, so the sum is unchanged exactly when
+neither scope was written. A save or change set whose ``expected_revision`` /
+``expected_manifest_revision`` differs from that count raises DeerMem's
+``MemoryManifestRevisionConflict``; an upserted fact whose expected revision does not hold raises
+``MemoryFactRevisionConflict``, and an upsert that names no revision (in ``upsertRevisions`` or
+on the fact) is a create, refused when the id exists, as DeerMem does. Where memstore merges
+instead: (1) an agent's count leaves out the other agents, so writers of different agents do not
+conflict (DeerMem's single per-user revision would); (2) a writer that commits between the check
+and the write is merged by memstore's rules (both sides' new facts kept, deletions honoured), not
+refused; (3) a ``save`` without ``expected_revision`` merges from the revision its document
+carries, where DeerMem's files would overwrite.
 
 Hooks. ``record_fact_accesses`` (DeerMem calls it for the facts it injected) counts an access
 in memstore's access tracking (``memstore.storage.sql.access``: in memory, written in batches).
-``get_fact_usage`` reads the same columns back (``accessHeat`` is the access count; DeerMem decays
-it), so DeerMem's ``hybrid-v1`` capacity score sees real accesses. ``record_capacity_eviction``
+``get_fact_usage`` writes the pending batch and reads the same columns back (``accessHeat`` and
+``accessCount`` are the access count; DeerMem decays the heat), so DeerMem's ``hybrid-v1``
+capacity score sees every access, including one recorded a moment before. ``record_capacity_eviction``
 puts DeerMem's score and its parts on the audit rows of the deletions its save made
 (``memory_history.detail``). ``clear_fact_metadata`` does nothing: a deleted fact's signals go
 with its row. ``search_facts`` (DeerMem's retrieval hook, behind its ``memory_search`` tool) ranks
@@ -35,34 +40,36 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
-from datetime import datetime
+import uuid
 from typing import Any, cast
 
-from memstore.config import get_memory_config
-from memstore.document import MemoryDocument, format_timestamp
+from memstore.document import MemoryDocument
 from memstore.errors import RevisionConflictError, StorageWriteError
-from memstore.inject.relevance import bm25_scores, ranked_order
-from memstore.integrations.deerflow.deermem_facts import fact_revision, next_version, to_deermem, to_memstore
-from memstore.integrations.deerflow.opening import LazySql
-from memstore.integrations.deerflow.users import memstore_user_id
-from memstore.ops.facts import rank_by_meaning
-from memstore.scope import resolve_scope
+from memstore.integrations.deerflow.deermem_facts import (
+    check_fact,
+    fact_revision,
+    next_version,
+    to_deermem,
+    to_memstore,
+)
+from memstore.integrations.deerflow.deermem_hooks import DEFAULT_AGENT_BUCKET, DeerMemHooks
+from memstore.integrations.deerflow.opening import LazySql, logs_outage
+from memstore.integrations.deerflow.users import DeerFlowUserError, memstore_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.codec import INCARNATION_KEY
 
 logger = logging.getLogger("memstore.integrations.deerflow")
 
 DEERMEM_SETTING = "memory.backend_config.storage_class"
-DEFAULT_AGENT_BUCKET = "__default__"
 ORIGIN = "deermem"
 
 
-class DeerMemStore:
+class DeerMemStore(DeerMemHooks):
     """DeerMem's ``MemoryStorage`` methods over ``SqlMemoryStorage``; built from a ``DeerMemConfig``.
 
     ``manifest_conflict`` and ``fact_conflict`` are the exceptions raised on a revision mismatch;
-    the DeerFlow-facing subclass sets them to types that are also DeerMem's own.
+    the DeerFlow-facing subclass sets them to types that are also DeerMem's own. Of the config it
+    reads ``max_facts`` and ``strict_user_scope`` (every call must name a user, as in DeerMem).
     """
 
     setting = DEERMEM_SETTING
@@ -73,6 +80,7 @@ class DeerMemStore:
         self, config: object = None, retrieval: object = None, *, database_url: str | None = None
     ) -> None:
         max_facts = getattr(config, "max_facts", None)
+        self._strict_user_scope = getattr(config, "strict_user_scope", False) is True
         self._sql = LazySql(
             self.setting,
             database_url=database_url,
@@ -81,12 +89,15 @@ class DeerMemStore:
 
     # -- the abstract contract ------------------------------------------------------------------
 
+    @logs_outage("load")
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> dict[str, Any]:
         return self._document(agent_name, user_id, fresh=False)
 
+    @logs_outage("reload")
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> dict[str, Any]:
         return self._document(agent_name, user_id, fresh=True)
 
+    @logs_outage("save")
     def save(
         self,
         memory_data: dict[str, Any],
@@ -95,25 +106,50 @@ class DeerMemStore:
         user_id: str | None = None,
         expected_revision: int | None = None,
     ) -> bool:
-        """Replace the summaries (``agent_name`` None) or one bucket's facts; ``False`` when refused."""
-        facts = memory_data.get("facts", []) if isinstance(memory_data, dict) else None
+        """Update the summaries (``agent_name`` None) or replace one bucket's facts; ``False`` when refused.
+
+        As in DeerMem: an agent's save must carry its ``facts`` (without them it would delete them
+        all), and the summary groups it carries update the stored ones section by section.
+        """
+        user = self._user(user_id)
+        if not isinstance(memory_data, dict):
+            logger.error("DeerMem memory not saved: memory_data must be an object")
+            return False
+        if agent_name is not None and "facts" not in memory_data:
+            logger.error("DeerMem memory not saved: an agent's save must carry its facts")
+            return False
+        facts = memory_data.get("facts", [])
         if not isinstance(facts, list) or any(not isinstance(fact, dict) for fact in facts):
             logger.error("DeerMem memory not saved: facts must be a list of objects")
             return False
         if agent_name is None and facts:
             logger.error("DeerMem memory not saved: agent_name is required to persist facts")
             return False
-        user = self._user(user_id)
+        try:
+            for fact in facts:
+                check_fact(fact)
+        except ValueError as exc:
+            logger.error("DeerMem memory not saved: %s", exc)
+            return False
         agent = self._bucket(agent_name)
         sql = self._sql.get()
-        current = sql.reload(agent, user_id=user)
-        self._check_manifest(current, expected_revision)
-        base = current if expected_revision is not None else memory_data
-        document = self._base(current, base.get("revision"))
+        own = sql.reload(None, user_id=user)
+        current = own if agent is None else sql.reload(agent, user_id=user)
+        self._check_manifest(self._revision(own, current, agent), expected_revision)
+        loaded_at = (
+            current.get("revision")
+            if expected_revision is not None
+            else self._scope_revision(memory_data.get("revision"), own, agent)
+        )
+        document = self._base(current, loaded_at)
         if agent_name is None:
-            document["user"] = copy.deepcopy(memory_data.get("user", current["user"]))
-            document["history"] = copy.deepcopy(memory_data.get("history", current["history"]))
-        if agent_name is not None:
+            summaries: dict[str, Any] = {g: memory_data[g] for g in ("user", "history") if g in memory_data}
+            try:
+                self._apply_summaries(document, summaries)
+            except ValueError as exc:
+                logger.error("DeerMem memory not saved: %s", exc)
+                return False
+        else:
             existing = {str(f.get("id")): to_deermem(f, {}) for f in current.get("facts", [])}
             document["facts"] = [
                 to_memstore(next_version(fact, existing.get(str(fact.get("id"))))) for fact in facts
@@ -122,6 +158,7 @@ class DeerMemStore:
 
     # -- DeerMem's optional repository methods --------------------------------------------------
 
+    @logs_outage("change set")
     def apply_changes(
         self,
         change_set: dict[str, Any],
@@ -135,7 +172,9 @@ class DeerMemStore:
 
         The facts, and the summaries when the bucket is ``__default__``, commit in one transaction
         that writes only the changed rows; summaries sent with a named agent's facts are a second
-        transaction on the user's scope, after the facts.
+        transaction on the user's scope, after the facts. ``expected_manifest_revision`` is checked
+        against the document's count (see the module), so stale summaries sent with a named agent's
+        facts are refused like stale facts.
         """
         upserts = change_set.get("upserts") or []
         deletes = [str(fact_id) for fact_id in change_set.get("deletes") or []]
@@ -151,9 +190,10 @@ class DeerMemStore:
         user = self._user(user_id)
         agent = self._bucket(agent_name)
         sql = self._sql.get()
-        current = sql.reload(agent, user_id=user)
+        own = sql.reload(None, user_id=user)
+        current = own if agent is None else sql.reload(agent, user_id=user)
         if not (allow_manifest_rebase and summaries is None and (upserts or deletes)):
-            self._check_manifest(current, expected_manifest_revision)
+            self._check_manifest(self._revision(own, current, agent), expected_manifest_revision)
         scope = self._scope(user_id, agent_name)
         facts = {str(f.get("id")): to_deermem(f, scope) for f in current.get("facts", [])}
         upserted = self._upserts(upserts, upsert_revisions, facts, scope)
@@ -171,17 +211,19 @@ class DeerMemStore:
         ):
             raise StorageWriteError(f"memstore refused the DeerMem change set for user {user_id!r}")
         if summaries is not None and not own_summaries:
-            self._save_summaries(sql, user, cast(dict[str, Any], summaries))
-        stored = sql.load(agent, user_id=user)
+            self._save_summaries(sql, user, own, cast(dict[str, Any], summaries))
+        stored_own = sql.load(None, user_id=user)
+        stored = stored_own if agent is None else sql.load(agent, user_id=user)
         return {
             "complete": False,
             "version": stored.get("version", "1.0"),
-            "revision": stored.get("revision", 0),
+            "revision": self._revision(stored_own, stored, agent),
             "lastUpdated": stored.get("lastUpdated", ""),
             "upsertedFacts": list(upserted.values()),
             "deletedFactIds": deleted,
         }
 
+    @logs_outage("clear")
     def clear_all(self, *, user_id: str | None = None) -> dict[str, Any]:
         """memstore's clear of every scope of the user: summaries and every agent bucket."""
         user = self._user(user_id)
@@ -190,116 +232,16 @@ class DeerMemStore:
         for agent in sorted(scopes, key=lambda name: name or ""):
             if not sql.clear(agent, user_id=user):
                 raise StorageWriteError(f"memstore could not clear agent {agent!r} of user {user_id!r}")
-        return self.reload(DEFAULT_AGENT_BUCKET, user_id=user_id)
+        return self._document(DEFAULT_AGENT_BUCKET, user_id, fresh=True)
 
+    @logs_outage("fact read")
     def get_fact(
         self, fact_id: str, *, user_id: str | None = None, agent_name: str | None = None
     ) -> dict[str, Any] | None:
         if agent_name is None:
             raise ValueError("agent_name is required to get a fact")
-        facts = self.reload(agent_name, user_id=user_id)["facts"]
+        facts = self._document(agent_name, user_id, fresh=True)["facts"]
         return next((fact for fact in facts if fact.get("id") == fact_id), None)
-
-    def get_fact_usage(self, *, agent_name: str, user_id: str | None = None) -> dict[str, dict[str, Any]]:
-        """DeerMem's usage entries from memstore's access columns, for its hybrid capacity score.
-
-        ``accessHeat`` is the access count: DeerMem decays it from ``lastAccessedAt`` itself.
-        """
-        signals = self._sql.get().fact_signals(self._bucket(agent_name), user_id=self._user(user_id))
-        return {
-            fact_id: {
-                "lastAccessedAt": format_timestamp(signal.last_accessed_at),
-                "accessHeat": float(signal.access_count),
-            }
-            for fact_id, signal in signals.items()
-            if signal.last_accessed_at is not None and signal.access_count > 0
-        }
-
-    def record_fact_accesses(
-        self,
-        fact_ids: list[str],
-        *,
-        agent_name: str,
-        user_id: str | None = None,
-        accessed_at: datetime | None = None,
-    ) -> None:
-        """Count an access of the facts; ``accessed_at`` is ignored (the count is stamped on arrival)."""
-        if fact_ids:
-            self._sql.get().record_access(
-                self._bucket(agent_name), user_id=self._user(user_id), fact_ids=[str(f) for f in fact_ids]
-            )
-
-    def record_capacity_eviction(
-        self,
-        decision: Any,
-        *,
-        max_facts: int,
-        agent_name: str,
-        user_id: str | None = None,
-        occurred_at: datetime | None = None,
-        shadow_decision: Any = None,
-    ) -> None:
-        """Put DeerMem's eviction scores on the audit rows of the deletions its save just made."""
-        details = {
-            str(evicted.fact_id): {
-                "reason": "evicted",
-                "policy": str(getattr(decision, "policy", "")),
-                "max_facts": max_facts,
-                "score": _finite(evicted.score),
-                **{str(name): _finite(value) for name, value in dict(evicted.components).items()},
-            }
-            for evicted in getattr(decision, "evicted", ())
-        }
-        self._sql.get().annotate_removals(
-            self._bucket(agent_name), user_id=self._user(user_id), details=details
-        )
-
-    def search_facts(
-        self,
-        query: str,
-        *,
-        scopes: list[dict[str, str | None]],
-        top_k: int = 10,
-        mode: str = "hybrid",
-        filters: dict[str, Any] | None = None,
-    ) -> list[dict[str, Any]]:
-        """DeerMem's retrieval hook (its ``memory_search`` tool): memstore's ranking in each scope.
-
-        ``hybrid`` and ``semantic`` rank by meaning with the configured ``embedding_provider``;
-        with none (or ``mode`` ``fulltext``), by BM25 over the scope's facts. Results are
-        DeerMem's ``{"fact", "score", "matchType"}``, best first; DeerMem counts their access.
-        """
-        text = query.strip() if isinstance(query, str) else ""
-        if not text or top_k <= 0:
-            return []
-        category = (filters or {}).get("category")
-        sql = self._sql.get()
-        meaning = mode in ("hybrid", "semantic") and get_memory_config().embedding_provider != "none"
-        found: list[dict[str, Any]] = []
-        for scope in scopes:
-            user, agent = scope.get("userId"), scope.get("agentName")
-            facts = [
-                fact
-                for fact in self.reload(agent or DEFAULT_AGENT_BUCKET, user_id=user)["facts"]
-                if category is None or fact.get("category") == category
-            ]
-            if meaning:
-                where = resolve_scope(self._bucket(agent), self._user(user))
-                ranked = rank_by_meaning(
-                    sql, facts, text, "semantic" if mode == "semantic" else "hybrid", where
-                )
-            else:
-                scores = bm25_scores(text, [str(fact.get("content", "")) for fact in facts])
-                ranked = [(facts[i], scores[i]) for i in ranked_order([s if s > 0 else None for s in scores])]
-            kind = mode if meaning else "fulltext"
-            found += [{"fact": fact, "score": float(score), "matchType": kind} for fact, score in ranked]
-        found.sort(key=lambda result: result["score"], reverse=True)
-        return found[:top_k]
-
-    def clear_fact_metadata(
-        self, *, agent_name: str, user_id: str | None = None, fact_ids: list[str] | None = None
-    ) -> None:
-        """Documented no-op: there is no per-fact sidecar to clear."""
 
     def close(self) -> None:
         storage = self._sql.opened
@@ -308,7 +250,11 @@ class DeerMemStore:
 
     # -- internals ------------------------------------------------------------------------------
 
-    _user = staticmethod(memstore_user_id)
+    def _user(self, user_id: str | None) -> str | None:
+        """The memstore user of a DeerFlow user id (``users.py``); none at all is refused when strict."""
+        if user_id is None and self._strict_user_scope:
+            raise DeerFlowUserError("user_id is required when strict_user_scope is enabled")
+        return memstore_user_id(user_id)
 
     @staticmethod
     def _bucket(agent_name: str | None) -> str | None:
@@ -330,15 +276,32 @@ class DeerMemStore:
         facts = [] if agent_name is None else [to_deermem(f, scope) for f in bucket.get("facts", [])]
         return {
             "version": own.get("version", "1.0"),
-            "revision": bucket.get("revision", 0),
+            "revision": self._revision(own, bucket, agent),
             "lastUpdated": bucket.get("lastUpdated") or own.get("lastUpdated") or "",
             "user": own["user"],
             "history": own["history"],
             "facts": facts,
         }
 
-    def _check_manifest(self, current: MemoryDocument, expected: int | None) -> None:
-        stored = current.get("revision", 0)
+    @staticmethod
+    def _revision(own: MemoryDocument, bucket: MemoryDocument, agent: str | None) -> int:
+        """A document's revision: the user scope's, plus the agent scope's for a named agent."""
+        revision = int(own.get("revision", 0))
+        return revision if agent is None else revision + int(bucket.get("revision", 0))
+
+    @staticmethod
+    def _scope_revision(revision: object, own: MemoryDocument, agent: str | None) -> object:
+        """The revision of the scope a save writes that a document's ``revision`` was read at.
+
+        A named agent's count includes the user scope, taken as it is now: exact unless the
+        summaries changed since, and then lower, so memstore keeps as concurrent the facts added
+        in between rather than taking them as deleted by this save.
+        """
+        if agent is None or not isinstance(revision, int) or isinstance(revision, bool):
+            return revision
+        return max(0, revision - int(own.get("revision", 0)))
+
+    def _check_manifest(self, stored: int, expected: int | None) -> None:
         if expected is not None and expected != stored:
             raise self.manifest_conflict(f"Expected user-memory revision {expected}, found {stored}")
 
@@ -361,20 +324,20 @@ class DeerMemStore:
     ) -> dict[str, dict[str, Any]]:
         upserted: dict[str, dict[str, Any]] = {}
         for incoming in upserts:
-            fact_id = str(incoming.get("id") or "")
-            if not fact_id or fact_id in upserted:
-                raise ValueError(f"change_set.upserts needs distinct fact ids, got {fact_id!r}")
+            fact_id = str(incoming.get("id") or f"fact_{uuid.uuid4().hex}")
+            if fact_id in upserted:
+                raise ValueError(f"Duplicate fact id {fact_id!r} in upserts")
             existing = facts.get(fact_id)
             want = expected[fact_id] if fact_id in expected else incoming.get("revision")
-            if fact_id in expected and want is None and existing is not None:
+            if want is not None and (isinstance(want, bool) or not isinstance(want, int) or want < 1):
+                raise ValueError("change_set.upsertRevisions values must be null or integers >= 1")
+            found = fact_revision(existing)
+            if want is None and found is not None:
                 raise self.fact_conflict(f"Fact {fact_id!r} must not already exist")
-            if want is not None and existing is not None and want != fact_revision(existing):
-                raise self.fact_conflict(
-                    f"Expected fact {fact_id!r} revision {want}, found {fact_revision(existing)}"
-                )
-            if fact_id in expected and want is not None and existing is None:
-                raise self.fact_conflict(f"Expected fact {fact_id!r} revision {want}, found none")
-            candidate = {k: v for k, v in incoming.items() if k != "revision"}
+            if want != found:
+                raise self.fact_conflict(f"Expected fact {fact_id!r} revision {want}, found {found}")
+            check_fact(incoming)
+            candidate = {k: v for k, v in incoming.items() if k != "revision"} | {"id": fact_id}
             if existing is not None:
                 candidate["revision"] = fact_revision(existing)
             fact = next_version(candidate, existing)
@@ -412,18 +375,11 @@ class DeerMemStore:
                     raise ValueError(f"change_set.summaries.{group} must be an object")
                 document[group] = {**document[group], **copy.deepcopy(summaries[group])}
 
-    def _save_summaries(self, sql: SqlMemoryStorage, user: str | None, summaries: dict[str, Any]) -> None:
-        own = sql.reload(None, user_id=user)
+    def _save_summaries(
+        self, sql: SqlMemoryStorage, user: str | None, own: MemoryDocument, summaries: dict[str, Any]
+    ) -> None:
+        """Summaries sent with a named agent's facts, onto the user scope as ``own`` was checked."""
         document = self._base(own, own.get("revision"))
         self._apply_summaries(document, summaries)
         if not sql.save(document, None, user_id=user, origin=ORIGIN):
             raise StorageWriteError(f"memstore refused the DeerMem summaries for user {user!r}")
-
-
-def _finite(value: Any) -> float | None:
-    """A number for the audit JSON: NaN and infinities (which JSON cannot hold) become null."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None

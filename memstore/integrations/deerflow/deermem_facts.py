@@ -12,6 +12,7 @@ derived by DeerMem on every read, so they are rebuilt, not stored.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from memstore.document import utc_now_iso_z
@@ -58,6 +59,46 @@ def to_deermem(fact: dict[str, Any], scope: dict[str, str | None]) -> dict[str, 
     shown.setdefault("updatedAt", shown.get("createdAt", ""))
     shown["scope"] = dict(scope)
     return shown
+
+
+_FACT_ID = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def check_fact(fact: dict[str, Any]) -> None:
+    """DeerMem's schema for a fact it writes; the ``ValueError`` names the field, as DeerMem's storage does.
+
+    memstore would keep a malformed DeerMem key (``topics: "python"``) as an unknown key; DeerMem
+    refuses it at the storage, so its readers can rely on the shape.
+    """
+    if not _FACT_ID.fullmatch(str(fact.get("id") or "fact")):
+        raise ValueError("fact.id may contain only letters, numbers, '_' and '-'")
+    content = fact.get("content")
+    if not isinstance(content, str) or not content.strip():
+        raise ValueError("fact.content must be a non-empty string")
+    if not isinstance(fact.get("category", "context"), str):
+        raise ValueError("fact.category must be a string")
+    confidence = fact.get("confidence", 0.5)
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
+        raise ValueError("fact.confidence must be a number between 0 and 1")
+    if fact.get("status", "active") != "active":
+        raise ValueError("fact.status must be 'active'; deletion is physical")
+    for field in ("topics", "consolidatedFrom"):
+        value = fact.get(field, [])
+        if not isinstance(value, list) or any(not isinstance(item, str) for item in value):
+            raise ValueError(f"fact.{field} must be a list of strings")
+    if not isinstance(fact.get("lastConfirmedAt", ""), str | None):
+        raise ValueError("fact.lastConfirmedAt must be a string when present")
+    count = fact.get("confirmationCount")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise ValueError("fact.confirmationCount must be an integer >= 1 when present")
+    revision = fact.get("revision", 1)
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 1:
+        raise ValueError("fact.revision must be an integer >= 1")
+    source = fact.get("source")
+    if isinstance(source, dict) and not (
+        isinstance(source.get("type", "unknown"), str) and isinstance(source.get("threadId"), str | None)
+    ):
+        raise ValueError("fact.source must have a string type and a string or null threadId")
 
 
 def fact_revision(fact: dict[str, Any] | None) -> int | None:

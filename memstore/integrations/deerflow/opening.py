@@ -4,14 +4,21 @@ DeerFlow's seed loader catches any exception from a storage constructor and sile
 to ``FileMemoryStorage``, so the adapters' constructors never touch the database. The first load
 or save opens it: a setup problem (no schema, a URL that cannot work) raises ``StorageSetupError``
 naming the DeerFlow setting and the memstore command that fixes it, on every call until fixed; an
-unreachable database raises ``StorageUnavailableError`` and the next call tries again.
+unreachable database raises ``StorageUnavailableError`` and the next call tries again. A SQLite
+file that cannot be opened (missing where it may not be created, a folder in its place) is a setup
+problem: retrying does not make it appear.
+
+``logs_outage`` puts an outage on memstore's logger as it leaves an adapter: DeerFlow logs it in
+its own words, or not at all, and memstore's operators watch memstore's logger.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
+from typing import ParamSpec, TypeVar
 
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
@@ -19,6 +26,9 @@ from memstore.errors import MemstoreError, StorageSetupError, StorageUnavailable
 from memstore.storage.sql import SqlMemoryStorage
 
 logger = logging.getLogger("memstore.integrations.deerflow")
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 FIX_HINT = (
     "set MEMSTORE_DATABASE_URL (or database_url in the file MEMSTORE_CONFIG names) in DeerFlow's "
@@ -55,12 +65,12 @@ class LazySql:
         try:
             max_facts = self._max_facts()
             storage = SqlMemoryStorage(self._database_url, max_facts=max_facts)
-        except StorageUnavailableError:
-            raise
+        except StorageUnavailableError as exc:
+            if not _sqlite_cannot_open(exc):
+                raise
+            raise self._setup_error(f"{exc} (no SQLite database there, and none can be created)") from exc
         except (MemstoreError, ArgumentError, SQLAlchemyError) as exc:
-            message = f"memstore storage ({self._setting}) cannot open its database: {exc}; {FIX_HINT}"
-            logger.error("%s", message)
-            raise StorageSetupError(message) from exc
+            raise self._setup_error(str(exc)) from exc
         logger.info(
             "memstore is DeerFlow's memory storage (%s): database %s, max_facts %s",
             self._setting,
@@ -68,3 +78,34 @@ class LazySql:
             max_facts if max_facts is not None else "memstore's default",
         )
         return storage
+
+    def _setup_error(self, reason: str) -> StorageSetupError:
+        message = f"memstore storage ({self._setting}) cannot open its database: {reason}; {FIX_HINT}"
+        logger.error("%s", message)
+        return StorageSetupError(message)
+
+
+def _sqlite_cannot_open(exc: StorageUnavailableError) -> bool:
+    """Whether SQLite answered CANTOPEN: the file is missing and may not be made, or is a folder."""
+    driver_error = getattr(exc.__cause__, "orig", None)
+    return getattr(driver_error, "sqlite_errorname", None) == "SQLITE_CANTOPEN"
+
+
+def logs_outage(doing: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Log a ``StorageUnavailableError`` leaving the decorated method on memstore's logger, then raise it.
+
+    The log names the operation and the (masked) database, never the user.
+    """
+
+    def decorate(method: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(method)
+        def logged(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return method(*args, **kwargs)
+            except StorageUnavailableError as exc:
+                logger.error("memstore: DeerFlow's memory %s failed, database unreachable: %s", doing, exc)
+                raise
+
+        return logged
+
+    return decorate

@@ -14,9 +14,10 @@ a bare ``SqlMemoryStorage``:
   ``SqlMemoryStorage.clear``: it stamps ``cleared_at``, so an update captured before the clear
   cannot refill the scope; the facts become audited tombstones, as any deletion does, until
   ``memstore vacuum`` purges them.
-- **Ids.** Any id DeerFlow accepts works: each goes through ``make_safe_user_id`` (valid ids are
-  kept, others mapped, injectively), except DeerFlow's fallback user ``default``, which is
-  memstore's fallback user; see ``users.py``.
+- **Ids.** DeerFlow's user ids, already normalised by DeerFlow, are stored as they are where
+  memstore can hold them, so ``memstore show --user`` finds a user by DeerFlow's id or by the
+  identity it came from; DeerFlow's fallback user ``default`` is memstore's fallback user. The
+  mapping stays injective; see ``users.py``.
 - **Caps.** ``max_facts`` is DeerFlow's ``memory.max_facts``, not memstore's default.
 - **Duplicates.** A new manual fact that memstore's dedup drops makes ``save`` return ``False``,
   so DeerFlow does not report as created a fact that was not stored.
@@ -34,7 +35,7 @@ from typing import Any
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument
 from memstore.errors import StaleDocumentError, StorageUnavailableError
-from memstore.integrations.deerflow.opening import LazySql
+from memstore.integrations.deerflow.opening import LazySql, logs_outage
 from memstore.integrations.deerflow.replay import DEFAULT_REPLAY_LIMIT, PendingSave, ReplayBuffer
 from memstore.integrations.deerflow.users import memstore_user_id
 from memstore.storage.sql.codec import INCARNATION_KEY
@@ -141,18 +142,24 @@ class SeedStore:
         """Replay kept saves now; returns how many are still pending (the database is still away)."""
         return self._replay.replay(self._replay_one, force=force)
 
+    @logs_outage("load")
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> dict[str, Any]:
         self._replay.replay(self._replay_one)
         return self._present(self._sql.get().load(agent_name, user_id=self._user(user_id)))
 
+    @logs_outage("reload")
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> dict[str, Any]:
         self._replay.replay(self._replay_one)
         return self._present(self._sql.get().reload(agent_name, user_id=self._user(user_id)))
 
+    @logs_outage("save")
     def save(
         self, memory_data: dict[str, Any], agent_name: str | None = None, *, user_id: str | None = None
     ) -> bool:
-        """``True`` once durable; ``False`` when refused, a duplicate was dropped, or kept for replay."""
+        """``True`` once durable; ``False`` when refused, a duplicate was dropped, or kept for replay.
+
+        A clear (DeerFlow's empty save) is not kept: one that meets an outage raises.
+        """
         user = self._user(user_id)
         token = token_of(memory_data)
         if token is None and _is_blank(memory_data):

@@ -54,3 +54,13 @@ def discover_tree(root: Path) -> tuple[list[TreeEntry], list[tuple[Path, str]]]:
             continue
         entries.append(TreeEntry(path, user, agent))
     return entries, invalid
+
+
+def other_json_files(root: Path) -> list[tuple[Path, str]]:
+    """JSON files under ``root`` that the layout does not read (``users/alice.json``, ``notes.json``),
+    each with the reason: an import reports them rather than leaving them out without a word."""
+    return [
+        (path, f"not named {FILE_NAME}, so no scope is read from it")
+        for path in sorted(root.rglob("*"))
+        if path.suffix.lower() == ".json" and path.name != FILE_NAME and path.is_file()
+    ]

@@ -17,6 +17,7 @@ from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory, utc_now_iso_z
 from memstore.metrics import timed_storage
 from memstore.scope import Scope, resolve_scope
+from memstore.storage.data_dir import data_dir_of
 from memstore.storage.file.layout import FILE_NAME, scope_path
 from memstore.storage.file.operations import FileOperations
 from memstore.storage.limits import MAX_NESTING, document_too_deep
@@ -36,7 +37,7 @@ class FileMemoryStorage(FileOperations):
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
         config = get_memory_config()
-        self._base_dir = Path(base_dir if base_dir is not None else config.data_dir)
+        self._base_dir = Path(base_dir) if base_dir is not None else data_dir_of(config)
         self._global_path = self._base_dir / (config.storage_path or FILE_NAME)
         self._cache: dict[Scope, tuple[_FileStamp, MemoryDocument]] = {}
         self._lock = threading.Lock()

@@ -53,11 +53,13 @@ def compare_sqlite_indexes(
     modify_ops: ops.ModifyTableOps,
     schema: str | None,
     table_name: str,
-    conn_table: Table,
-    metadata_table: Table,
+    conn_table: Table | None,
+    metadata_table: Table | None,
 ) -> None:
     """Compare expression and partial indexes by the ``CREATE INDEX`` SQLite stored: it cannot reflect
     expressions, and Alembic does not compare ``WHERE`` clauses."""
+    if conn_table is None or metadata_table is None:
+        return  # a table only one side has: Alembic reports the whole table, indexes included
     stored = {
         name: _squeeze(sql)
         for name, sql in _connection(autogen_context).exec_driver_sql(
@@ -78,13 +80,15 @@ def compare_postgresql_index_predicates(
     modify_ops: ops.ModifyTableOps,
     schema: str | None,
     table_name: str,
-    conn_table: Table,
-    metadata_table: Table,
+    conn_table: Table | None,
+    metadata_table: Table | None,
 ) -> None:
     """Compare partial-index predicates, which Alembic ignores, with the one PostgreSQL stored.
 
     Both sides are compared without whitespace and parentheses, so write predicates the way
     ``pg_get_expr`` prints them (casts and all) to keep ``alembic check`` quiet."""
+    if conn_table is None or metadata_table is None:
+        return  # a table only one side has: Alembic reports the whole table, indexes included
     rows = _connection(autogen_context).execute(
         text(
             "SELECT i.relname, pg_get_expr(x.indpred, x.indrelid) FROM pg_index x "

@@ -32,6 +32,7 @@ from sqlalchemy.exc import TimeoutError as SATimeoutError
 
 from memstore.config import MemoryConfig
 from memstore.errors import ConfigError, StorageSetupError
+from memstore.storage.data_dir import data_dir_of
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_SECONDS = 10
@@ -52,25 +53,31 @@ logger = logging.getLogger(__name__)
 
 _engines: dict[tuple[int, str], Engine] = {}
 _engines_lock = threading.Lock()
+_typed: dict[URL, str] = {}
+"""Each URL ``normalize_url`` returned, to the text it was last made from (for ``mask_url``)."""
 
 
 def database_url_from_config(config: MemoryConfig) -> str:
     """``database_url`` when set, else the embedded SQLite file inside ``data_dir``."""
     if config.database_url:
         return config.database_url
-    path = Path(config.data_dir).expanduser().resolve() / DEFAULT_SQLITE_FILE
-    return f"sqlite:///{path}"
+    return f"sqlite:///{data_dir_of(config) / DEFAULT_SQLITE_FILE}"
 
 
 def mask_url(url: str | URL) -> str:
     """The URL with any password replaced by ``***``: the only form that may reach logs or output.
 
     A URL given as text keeps the form the user typed (only the password is replaced), so an
-    error names exactly what is in their configuration. Text that does not even parse as a URL
+    error names exactly what is in their configuration. So does a URL object ``normalize_url``
+    made (an engine's ``url``): it is shown as the text it was made from, not as
+    ``postgresql+psycopg://`` with its query reordered. Text that does not even parse as a URL
     is shown as it is, except for anything between ``user:`` and ``@``.
     """
     if isinstance(url, URL):
-        return url.render_as_string(hide_password=True)
+        typed = _typed.get(url)
+        if typed is None:
+            return url.render_as_string(hide_password=True)
+        url = typed
     try:
         password = make_url(url).password
     except Exception:
@@ -91,11 +98,12 @@ def normalize_url(url: str | URL) -> URL:
     except Exception as exc:
         raise ConfigError(f"database_url {mask_url(url)!r} is not a valid SQLAlchemy URL") from exc
     backend = parsed.get_backend_name()
-    if backend == "postgresql":
-        return parsed.set(drivername="postgresql+psycopg")
-    if backend == "sqlite":
-        return parsed
-    raise ConfigError(f"database_url {mask_url(parsed)!r}: only sqlite and postgresql are supported")
+    if backend not in ("postgresql", "sqlite"):
+        raise ConfigError(f"database_url {mask_url(url)!r}: only sqlite and postgresql are supported")
+    normalized = parsed.set(drivername="postgresql+psycopg") if backend == "postgresql" else parsed
+    if isinstance(url, str):
+        _typed[normalized] = url
+    return normalized
 
 
 def get_engine(url: str | URL) -> Engine:
