@@ -322,6 +322,18 @@ def test_clear_drops_this_process_s_unclaimed_turns_only(sql_url: str, llm: Open
     assert facts_of(sql_url, "alice") == []
 
 
+def test_the_memory_queue_s_clear_drops_its_pending_turns(tmp_path: Path, llm: OpenAIStubServer) -> None:
+    store = f"sqlite:///{tmp_path / 'store'}.db"
+    configure(**settings(store, llm, queue_backend="memory"))
+    queue = get_memory_queue()
+    queue.add("t1", turn("dropped"), user_id="alice")
+    queue.clear()
+    assert queue.pending_count == 0
+    queue.add("t2", turn("kept"), user_id="alice")
+    queue.flush()
+    assert facts_of(store, "alice") == ["fact kept"]
+
+
 # -- flush binds a constant number of parameters per claim --------------------------------------
 
 
