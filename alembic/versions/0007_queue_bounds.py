@@ -26,7 +26,7 @@ def upgrade() -> None:
         "memory_queue",
         sa.Column("message_chars", sa.Integer(), server_default=sa.text("0"), nullable=False),
     )
-    # What the queue's code computes (queue_table.conversation_chars): each message's text plus 24.
+    # What the queue's code computes (queue_table.stored_message_chars): each message's text plus 24.
     if op.get_context().dialect.name == "postgresql":
         measured = (
             "(SELECT coalesce(sum(length(m->>'content')) + 24 * count(*), 0) "

@@ -32,7 +32,7 @@ from memstore.queue.enqueue import queued_conversation
 from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.migrate import downgrade, upgrade
 from memstore.storage.sql.models import queue_table
-from memstore.storage.sql.queue_table import QueuedConversation, conversation_chars
+from memstore.storage.sql.queue_table import QueuedConversation, stored_message_chars
 from tests.reliability.conftest import Record, configure
 from tests.reliability.queue_support import llm_config, queue_rows, stored_facts
 from tests.reliability.queue_support import token_reply as remember
@@ -480,5 +480,5 @@ def test_revision_0007_measures_queued_rows_as_the_code_does(sql_url: str) -> No
     upgrade(sql_url)
     with get_engine(sql_url).connect() as conn:
         measured = dict(conn.execute(select(queue_table.c.state, queue_table.c.message_chars)).all())
-    expected = conversation_chars(messages)
+    expected = stored_message_chars(messages)
     assert measured == {"pending": expected, "dead": expected, "done": 0}

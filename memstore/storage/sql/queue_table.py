@@ -127,7 +127,7 @@ MESSAGE_CHARS_OVERHEAD = 24
 conversation of many short messages costs what it takes on disk, not only its text."""
 
 
-def conversation_chars(messages: Sequence[dict[str, str]]) -> int:
+def stored_message_chars(messages: Sequence[dict[str, str]]) -> int:
     """A queued conversation's ``message_chars``: its text plus ``MESSAGE_CHARS_OVERHEAD`` a message."""
     return sum(len(message.get("content", "")) + MESSAGE_CHARS_OVERHEAD for message in messages)
 
@@ -137,13 +137,12 @@ def check_bounds(conn: Connection, item: QueuedConversation, chars: int, limits:
 
     Replacing a held row of the same conversation adds no row, only its growth in characters.
     """
-    counted = HELD
     user = _queue.c.user_id == (item.user_id or NO_ID)
     same = and_(
         _queue.c.thread_id == item.thread_id,
         user,
         _queue.c.agent_name == (item.agent_name or NO_ID),
-        counted,
+        HELD,
     )
 
     def usage(condition: ColumnElement[bool]) -> list[Any]:
@@ -152,7 +151,7 @@ def check_bounds(conn: Connection, item: QueuedConversation, chars: int, limits:
         return [count.scalar_subquery(), chars.scalar_subquery()]
 
     held = select(_queue.c.message_chars).where(same).scalar_subquery()
-    row = conn.execute(select(*usage(counted), *usage(and_(counted, user)), held)).one()
+    row = conn.execute(select(*usage(HELD), *usage(and_(HELD, user)), held)).one()
     total_rows, total_chars, user_rows, user_chars, stored = (int(value or 0) for value in row)
     replacing = row[4] is not None
     growth = chars - stored
@@ -195,7 +194,7 @@ def enqueue(
     keep their clocks in sync for this to pick the newest turn). With ``limits``, a write that
     would pass them raises ``QueueFullError`` and stores nothing.
     """
-    chars = conversation_chars(item.messages)
+    chars = stored_message_chars(item.messages)
     if limits is not None:
         check_bounds(conn, item, chars, limits)
     insert = insert_for(conn)(_queue).values(
