@@ -1,7 +1,7 @@
 """Alembic environment for memstore, online and offline (``--sql``), SQLite and PostgreSQL.
 
 The database comes from, first match wins: the connection or URL handed over by
-``memstore.storage.sql.migrate``; ``alembic -x url=...``; ``sqlalchemy.url`` in alembic.ini;
+``memstore.storage.sql.schema.migrate``; ``alembic -x url=...``; ``sqlalchemy.url`` in alembic.ini;
 memstore's own configuration (``MEMSTORE_DATABASE_URL``, the YAML file, else the embedded SQLite
 file). Online runs started by the ``alembic`` command take the same migration lock as memstore.
 
@@ -21,10 +21,10 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from memstore.config import get_memory_config
-from memstore.storage.sql.autogen import SKIPPED_EXPRESSION_INDEX_WARNINGS, include_object, render_item
 from memstore.storage.sql.engine import database_url_from_config, get_engine, normalize_url
-from memstore.storage.sql.migrate import migration_connection
-from memstore.storage.sql.models import Base
+from memstore.storage.sql.schema.autogen import SKIPPED_EXPRESSION_INDEX_WARNINGS, include_object, render_item
+from memstore.storage.sql.schema.migrate import migration_connection
+from memstore.storage.sql.schema.models import Base
 
 LOGGING_SECTIONS = ("loggers", "handlers", "formatters")
 

@@ -13,7 +13,7 @@ from memstore.config import MemoryConfig, set_memory_config
 from memstore.document import FACT_CATEGORIES, HISTORY_SECTIONS, USER_SECTIONS, fact_content_key
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.models import Base
+from memstore.storage.sql.schema.models import Base
 
 # Above the validated cap (500) on purpose: the save scenario adds a 501st fact, and a cap
 # would turn "add one fact" into "add one, tombstone another".

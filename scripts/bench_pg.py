@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.migrate import upgrade
+from memstore.storage.sql.schema.migrate import upgrade
 
 PG_URL_ENV = "MEMSTORE_BENCH_PG_URL"
 

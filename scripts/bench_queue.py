@@ -36,7 +36,7 @@ from memstore.config import get_memory_config, set_memory_config
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.models import queue_table
+from memstore.storage.sql.schema.models import queue_table
 
 SCRIPTS = Path(__file__).resolve().parent
 SCENARIO_PREFIX = "queue_llm_"

@@ -22,9 +22,9 @@ from memstore.inject.relevance import RelevanceWeights, fused_scores
 from memstore.inject.render import render_memory
 from memstore.queries import FactFilter
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.embeddings import vector_parameter
 from memstore.storage.sql.engine import get_engine, load_sqlite_vec
-from memstore.storage.sql.semantic import nearest_facts
+from memstore.storage.sql.search.embeddings import vector_parameter
+from memstore.storage.sql.search.semantic import nearest_facts
 
 INJECT_SCENARIO = "inject_query_500"
 SEARCH_SCENARIO = "semantic_search_100k"

@@ -29,7 +29,7 @@ from memstore.ops.queries import erase_user
 from memstore.queries import ANY_AGENT, FactFilter, list_facts, memory_stats, search_facts
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.models import Base
+from memstore.storage.sql.schema.models import Base
 
 SCENARIO = "search_at_scale"
 FULL_USERS = 50_000

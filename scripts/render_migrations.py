@@ -27,7 +27,7 @@ from alembic import command
 from alembic.operations import ops
 from sqlalchemy import MetaData
 
-from memstore.storage.sql.migrate import (
+from memstore.storage.sql.schema.migrate import (
     DIALECTS,
     Dialect,
     alembic_config,
@@ -35,7 +35,7 @@ from memstore.storage.sql.migrate import (
     render_sql,
     script_location,
 )
-from memstore.storage.sql.models import Base
+from memstore.storage.sql.schema.models import Base
 
 ROOT = Path(__file__).resolve().parents[1]
 MIGRATIONS = ROOT / "migrations"

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.migrate import upgrade
+from memstore.storage.sql.schema.migrate import upgrade
 from tests.support.openai_server import OpenAIStubServer, RunningServer
 from tests.support.postgres import fresh_database, server_url_or_skip
 

@@ -4,7 +4,7 @@ Revision ID: 0002
 Revises: 0001
 
 Adds the full-text index on fact content (FTS5 on SQLite, a GIN ``tsvector`` expression index
-on PostgreSQL; DDL in ``memstore/storage/sql/fts_schema.py``), ``memory_scopes.cleared_at`` and
+on PostgreSQL; DDL in ``memstore/storage/sql/schema/fts_schema.py``), ``memory_scopes.cleared_at`` and
 ``purged_revision``, and the ``memory_erasures`` table that keeps late queued updates from
 bringing an erased user back. Adding columns needs no table copy on SQLite.
 """
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from memstore.storage.sql import fts_schema
+from memstore.storage.sql.schema import fts_schema
 
 revision: str = "0002"
 down_revision: str | None = "0001"

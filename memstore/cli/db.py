@@ -20,9 +20,10 @@ from memstore.cli.params import not_blank
 from memstore.config import get_memory_config
 from memstore.errors import MigrationError
 from memstore.storage.loader import load_storage_class
-from memstore.storage.sql import SqlMemoryStorage, migrate
-from memstore.storage.sql.downgrade_plan import Dropped, plan_downgrade
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import database_url_from_config, dispose_engines, mask_url
+from memstore.storage.sql.schema import migrate
+from memstore.storage.sql.schema.downgrade_plan import Dropped, plan_downgrade
 
 url_option = click.option(
     "--url",

@@ -22,8 +22,9 @@ from memstore.ops.lifecycle import run_lifecycle
 from memstore.ops.queue import purge_counts, purge_dead, queue_status, retry_dead
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.storage.loader import get_memory_storage, load_storage_class
-from memstore.storage.sql import SqlMemoryStorage, migrate
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import database_url_from_config
+from memstore.storage.sql.schema import migrate
 from memstore.update.updater import MemoryUpdater
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ from memstore.metrics import REGISTRY
 from memstore.ops.queue import queue_status
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
-from memstore.storage.sql.provider import SqlMemoryStorage
+from memstore.storage.sql.documents.provider import SqlMemoryStorage
 
 if TYPE_CHECKING:
     from fastapi import APIRouter

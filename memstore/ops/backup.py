@@ -2,7 +2,7 @@
 
 Unlike export/import (DeerFlow documents, one per scope, re-saved through the storage, so
 revisions, ``lastUpdated``, retention signals, vectors and audit history start afresh), a backup
-copies the rows of every memory table with their ids (``memstore.storage.sql.backup``).
+copies the rows of every memory table with their ids (``memstore.storage.sql.maintenance.backup``).
 
 The file is gzip-compressed JSON Lines: a header line (format, schema revision, each table's
 columns and row count), then each table's rows in backup order, one JSON array a line. Backup
@@ -29,8 +29,9 @@ from typing import IO, Any
 from memstore.config import get_memory_config
 from memstore.errors import BackupError
 from memstore.storage.loader import load_storage_class
-from memstore.storage.sql import SqlMemoryStorage, migrate
-from memstore.storage.sql.backup import (
+from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url
+from memstore.storage.sql.maintenance.backup import (
     BACKUP_TABLES,
     BATCH_ROWS,
     column_names,
@@ -43,7 +44,7 @@ from memstore.storage.sql.backup import (
     reset_sequences,
     write_transaction,
 )
-from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url
+from memstore.storage.sql.schema import migrate
 
 FORMAT = "memstore-backup"
 FORMAT_VERSION = 1

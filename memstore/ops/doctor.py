@@ -21,9 +21,9 @@ from memstore.errors import ConfigError, MigrationError, StorageUnavailableError
 from memstore.inject.tokens import ENCODING_NAME
 from memstore.ops.health import first_line
 from memstore.queue.bounds import table_limits
-from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url, normalize_url
-from memstore.storage.sql.queue_admin import queue_status
+from memstore.storage.sql.queue.admin import queue_status
+from memstore.storage.sql.schema import migrate
 from memstore.update.extractor import resolve_extractor
 from memstore.update.updater import MemoryUpdater
 

@@ -21,8 +21,8 @@ from memstore.errors import MigrationError, StorageUnavailableError
 from memstore.ops.queue import queue_status
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
-from memstore.storage.sql import migrate
-from memstore.storage.sql.provider import SqlMemoryStorage
+from memstore.storage.sql.documents.provider import SqlMemoryStorage
+from memstore.storage.sql.schema import migrate
 
 logger = logging.getLogger(__name__)
 

@@ -43,7 +43,8 @@ from memstore.storage.records import (
     check_paging,
     with_scores,
 )
-from memstore.storage.sql import SqlMemoryStorage, maintenance
+from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.vectors import VectorStore, semantic_parts
 
 HYBRID_POOL = 50

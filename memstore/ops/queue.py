@@ -17,9 +17,9 @@ from memstore.errors import ConfigError, StorageUnavailableError
 from memstore.queue.bounds import table_limits
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
-from memstore.storage.sql import queue_admin
-from memstore.storage.sql.provider import SqlMemoryStorage
-from memstore.storage.sql.queue_admin import QueueStatus
+from memstore.storage.sql.documents.provider import SqlMemoryStorage
+from memstore.storage.sql.queue import admin as queue_admin
+from memstore.storage.sql.queue.admin import QueueStatus
 
 T = TypeVar("T")
 

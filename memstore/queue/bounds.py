@@ -19,7 +19,7 @@ from typing import Any
 from memstore.capture.conversation import ConversationKey
 from memstore.capture.message_access import message_text
 from memstore.config import MemoryConfig
-from memstore.storage.sql.queue_table import QueueLimits
+from memstore.storage.sql.queue.table import QueueLimits
 
 MAX_QUEUED_MESSAGE_CHARS = 8_000
 MAX_QUEUED_CONVERSATION_CHARS = 64_000

@@ -48,10 +48,11 @@ from memstore.queue.workers import (
     utcnow,
     write_transaction_options,
 )
-from memstore.storage.sql import queue_claims, queue_table
 from memstore.storage.sql.engine import describe_db_error, get_engine, mask_url
-from memstore.storage.sql.migrate import prepare_once
-from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
+from memstore.storage.sql.queue import claims as queue_claims
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import QueuedConversation, ScopeClaim
+from memstore.storage.sql.schema.migrate import prepare_once
 from memstore.update.updater import MemoryUpdater, describe_failure
 
 logger = logging.getLogger(__name__)

@@ -43,9 +43,9 @@ from memstore.queue.debounced import MAX_DEBOUNCE_FACTOR
 from memstore.queue.outage_buffer import Buffered
 from memstore.queue.workers import utcnow
 from memstore.scope import resolve_scope
-from memstore.storage.sql import queue_table
 from memstore.storage.sql.engine import describe_db_error, get_engine, is_refused_value
-from memstore.storage.sql.queue_table import QueuedConversation
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import QueuedConversation
 
 logger = logging.getLogger(__name__)
 

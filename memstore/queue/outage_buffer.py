@@ -12,7 +12,7 @@ import threading
 
 from memstore.config import MemoryConfig
 from memstore.queue.bounds import QueueBudget, conversation_chars
-from memstore.storage.sql.queue_table import QueuedConversation
+from memstore.storage.sql.queue.table import QueuedConversation
 
 BufferKey = tuple[str, str | None, str | None]
 Buffered = tuple[QueuedConversation, bool]

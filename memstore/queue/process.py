@@ -18,8 +18,8 @@ from memstore.queue.contract import UpdateQueue
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.queue.debounced import MemoryUpdateQueue
 from memstore.storage.loader import load_storage_class
+from memstore.storage.sql.documents.provider import SqlMemoryStorage
 from memstore.storage.sql.engine import database_url_from_config
-from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.update.updater import describe_failure
 
 logger = logging.getLogger(__name__)

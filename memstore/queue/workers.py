@@ -40,9 +40,11 @@ from memstore.errors import (
     StorageUnavailableError,
 )
 from memstore.queue.retry import jittered_delay
-from memstore.storage.sql import queue_admin, queue_claims, queue_table
 from memstore.storage.sql.engine import describe_db_error
-from memstore.storage.sql.queue_table import LeasedConversation, QueueLease, ScopeClaim
+from memstore.storage.sql.queue import admin as queue_admin
+from memstore.storage.sql.queue import claims as queue_claims
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import LeasedConversation, QueueLease, ScopeClaim
 from memstore.update.updater import describe_failure
 
 logger = logging.getLogger(__name__)

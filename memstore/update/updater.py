@@ -45,9 +45,9 @@ from memstore.metrics import EXTRACTIONS
 from memstore.scope import Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
+from memstore.storage.sql.documents.provider import SqlMemoryStorage
 from memstore.storage.sql.engine import describe_db_error
-from memstore.storage.sql.provider import SqlMemoryStorage
-from memstore.storage.sql.queue_table import QueueLease
+from memstore.storage.sql.queue.table import QueueLease
 from memstore.storage.vectors import VectorStore, semantic_parts
 from memstore.update.apply import apply_updates
 from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor

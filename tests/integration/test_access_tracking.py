@@ -1,7 +1,7 @@
 """Access tracking on the SQL provider: counts kept in memory, written in batches, never content.
 
 Real SQLite files and real PostgreSQL. The clock that decides when an interval has passed is
-``memstore.storage.sql.access.monotonic``; tests that cross an interval replace it with a
+``memstore.storage.sql.documents.access.monotonic``; tests that cross an interval replace it with a
 counter they advance by hand, so nothing here waits or times anything.
 """
 
@@ -26,7 +26,7 @@ from memstore.integrations.langchain import LangChainMemoryMiddleware
 from memstore.ops.facts import search_memory_facts
 from memstore.queries import FactFilter, list_facts, search_facts
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql import access as access_module
+from memstore.storage.sql.documents import access as access_module
 from memstore.storage.sql.engine import get_engine
 from tests.support.fake_chat import RecordingChatModel
 from tests.support.semantic import doc, fact

@@ -23,8 +23,8 @@ from sqlalchemy import JSON, insert, select, update
 from memstore.ops.backup import backup_database, restore_database
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines, get_engine
-from memstore.storage.sql.maintenance import erase_user
-from memstore.storage.sql.models import (
+from memstore.storage.sql.maintenance.erase import erase_user
+from memstore.storage.sql.schema.models import (
     embeddings_table,
     erasures_table,
     facts_table,

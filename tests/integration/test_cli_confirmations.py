@@ -18,8 +18,9 @@ from sqlalchemy import inspect, text
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.queue import get_memory_queue, reset_memory_queue
 from memstore.storage.loader import reset_memory_storage
-from memstore.storage.sql import SqlMemoryStorage, migrate
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
+from memstore.storage.sql.schema import migrate
 from tests.integration.conftest import Cli
 from tests.support.terminal import run_on_terminal
 

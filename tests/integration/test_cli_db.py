@@ -11,8 +11,8 @@ from pathlib import Path
 
 from sqlalchemy import inspect, text
 
-from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import dispose_engines, get_engine
+from memstore.storage.sql.schema import migrate
 from tests.integration.conftest import Cli
 
 

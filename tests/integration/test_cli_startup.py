@@ -24,10 +24,11 @@ from sqlalchemy import select
 
 from memstore.cli.exit_codes import EXIT_DOCTOR_FAILED
 from memstore.config import FILE_STORAGE_CLASS
-from memstore.storage.sql import migrate, queue_table
 from memstore.storage.sql.engine import dispose_engines, get_engine
-from memstore.storage.sql.models import queue_table as queue_rows
-from memstore.storage.sql.queue_table import QueuedConversation
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import QueuedConversation
+from memstore.storage.sql.schema import migrate
+from memstore.storage.sql.schema.models import queue_table as queue_rows
 from tests.integration.conftest import Cli
 from tests.integration.test_integrations_docs import examples
 from tests.support.openai_server import OpenAIStubServer

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, select, text
 
 from memstore.document import HISTORY_SECTIONS, SECTION_GROUPS, USER_SECTIONS, as_utc, format_timestamp
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.codec import (
+from memstore.storage.sql.documents.codec import (
     EMPTY_SECTION,
     FactValues,
     SectionValues,
@@ -28,7 +28,7 @@ from memstore.storage.sql.codec import (
     json_object,
 )
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.models import facts_table, scopes_table, sections_table
+from memstore.storage.sql.schema.models import facts_table, scopes_table, sections_table
 
 _TEXT = [
     "plain",

@@ -26,10 +26,12 @@ from memstore.queries import erase_user
 from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.queue.enqueue import enqueue_engine
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.storage.sql import SqlMemoryStorage, queue_claims, queue_table
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.models import claims_table
-from memstore.storage.sql.queue_table import QueuedConversation, ScopeClaim
+from memstore.storage.sql.queue import claims as queue_claims
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import QueuedConversation, ScopeClaim
+from memstore.storage.sql.schema.models import claims_table
 from memstore.update.updater import MemoryUpdater
 
 

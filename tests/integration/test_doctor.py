@@ -10,8 +10,8 @@ import json
 import socket
 
 from memstore.cli.exit_codes import EXIT_DOCTOR_FAILED
-from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import dispose_engines
+from memstore.storage.sql.schema import migrate
 from tests.integration.conftest import Cli
 from tests.support.openai_server import OpenAIStubServer
 

@@ -18,9 +18,11 @@ from memstore.config import MemoryConfig, set_memory_config
 from memstore.integrations.health import create_health_router
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
-from memstore.storage.sql import SqlMemoryStorage, migrate, queue_table
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.queue_table import QueuedConversation
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import QueuedConversation
+from memstore.storage.sql.schema import migrate
 
 
 def _client(storage: MemoryStorage) -> TestClient:

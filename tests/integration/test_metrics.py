@@ -20,9 +20,9 @@ from pydantic import SecretStr
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.integrations.metrics import create_metrics_router
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.storage.sql import queue_table
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.queue_table import QueuedConversation
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import QueuedConversation
 from memstore.update.updater import MemoryUpdater
 from tests.support.openai_server import OpenAIStubServer, ScriptedError
 

@@ -24,9 +24,9 @@ from sqlalchemy.engine import make_url
 from memstore.cli import main
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.errors import MigrationError, SchemaNotReadyError
-from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import dispose_engines, get_engine
-from memstore.storage.sql.models import Base
+from memstore.storage.sql.schema import migrate
+from memstore.storage.sql.schema.models import Base
 from tests.support.postgres import fresh_database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -305,7 +305,7 @@ def test_prepare_sqlite_from_many_processes_at_once(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'shared.db'}"
     code = (
         "import sys; from memstore.storage.sql.engine import get_engine; "
-        "from memstore.storage.sql.migrate import prepare_database; "
+        "from memstore.storage.sql.schema.migrate import prepare_database; "
         "prepare_database(get_engine(sys.argv[1]), auto_migrate=False)"
     )
     processes = [

@@ -34,9 +34,10 @@ from memstore.ops.embeddings import embed_facts, embedding_report
 from memstore.ops.facts import create_memory_fact, search_memory_facts
 from memstore.queries import FactFilter, erase_user, search_facts
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.storage.sql import SqlMemoryStorage, embeddings
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine, load_sqlite_vec
-from memstore.storage.sql.semantic import nearest_facts, vector_backend
+from memstore.storage.sql.search import embeddings
+from memstore.storage.sql.search.semantic import nearest_facts, vector_backend
 from memstore.update.similarity import fold_similar
 from memstore.update.updater import MemoryUpdater
 from tests.support.openai_server import OpenAIStubServer

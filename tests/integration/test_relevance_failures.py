@@ -27,8 +27,8 @@ from memstore.ops.facts import delete_memory_fact
 from memstore.queries import FactFilter, search_facts
 from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql import embeddings as vector_rows_sql
 from memstore.storage.sql.engine import get_engine
+from memstore.storage.sql.search import embeddings as vector_rows_sql
 from memstore.update.updater import MemoryUpdater
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.remember_llm import remember_reply

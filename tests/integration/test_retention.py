@@ -18,8 +18,8 @@ from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory, format_timestamp
 from memstore.ops.lifecycle import LIFECYCLE_ORIGIN, run_lifecycle
 from memstore.storage.loader import reset_memory_storage
+from memstore.storage.sql.documents.provider import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.provider import SqlMemoryStorage
 from memstore.update.updater import MemoryUpdater
 from tests.support.openai_server import OpenAIStubServer
 

@@ -16,7 +16,7 @@ from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
 from memstore.errors import StaleDocumentError, StorageUnavailableError
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql import provider as storage_module
+from memstore.storage.sql.documents import provider as storage_module
 from memstore.storage.sql.engine import get_engine
 from tests.support.statements import sent_statements
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from memstore.storage.sql import migrate
+from memstore.storage.sql.schema import migrate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,7 +70,7 @@ def run(bin_dir: Path, cwd: Path, *args: str, url: str | None = None) -> subproc
 
 
 def test_scripts_come_from_the_installed_package(installed: Path, tmp_path: Path) -> None:
-    code = "from memstore.storage.sql.migrate import script_location; print(script_location())"
+    code = "from memstore.storage.sql.schema.migrate import script_location; print(script_location())"
     location = Path(run(installed, tmp_path, "python", "-c", code).stdout.strip())
     assert location.is_relative_to(installed.parent) and location.name == "_alembic"
     assert not location.is_relative_to(REPO)

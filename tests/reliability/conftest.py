@@ -18,7 +18,7 @@ from memstore.config import FILE_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.queue import reset_memory_queue
 from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.migrate import upgrade
+from memstore.storage.sql.schema.migrate import upgrade
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.pg_cluster import PgCluster, private_cluster
 

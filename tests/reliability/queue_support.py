@@ -26,7 +26,7 @@ from sqlalchemy import func, select
 
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.models import claims_table, history_table, queue_table, scopes_table
+from memstore.storage.sql.schema.models import claims_table, history_table, queue_table, scopes_table
 from tests.reliability.llm_script import fact, prompt_conversation, update_reply
 from tests.support.openai_server import OpenAIStubServer
 

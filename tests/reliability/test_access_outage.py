@@ -12,7 +12,7 @@ import pytest
 
 from memstore.document import create_empty_memory
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql import access as access_module
+from memstore.storage.sql.documents import access as access_module
 from tests.support.pg_cluster import PgCluster
 
 pytestmark = pytest.mark.postgres

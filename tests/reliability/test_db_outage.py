@@ -20,7 +20,7 @@ from memstore.gateway.middleware import MemoryMiddleware
 from memstore.queue import MemoryUpdateQueue, set_memory_queue
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.migrate import upgrade
+from memstore.storage.sql.schema.migrate import upgrade
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import fact, prompt_conversation, turn, update_reply
 from tests.support.openai_server import OpenAIStubServer

@@ -23,9 +23,11 @@ from memstore.capture.conversation import ConversationContext
 from memstore.errors import LeaseLostError
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.queue.workers import utcnow
-from memstore.storage.sql import SqlMemoryStorage, queue_claims, queue_table
+from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.queue_table import LeasedConversation, ScopeClaim
+from memstore.storage.sql.queue import claims as queue_claims
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import LeasedConversation, ScopeClaim
 from memstore.update.updater import MemoryUpdater
 from tests.reliability.conftest import Record, configure
 from tests.reliability.llm_script import prompt_conversation, turn

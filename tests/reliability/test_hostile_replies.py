@@ -22,7 +22,7 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.migrate import upgrade
+from memstore.storage.sql.schema.migrate import upgrade
 from tests.reliability.conftest import Record, configure, llm_settings
 from tests.reliability.llm_script import fact, turn, update_reply
 from tests.support.openai_server import OpenAIStubServer

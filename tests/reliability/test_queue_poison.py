@@ -30,9 +30,9 @@ from memstore.metrics import REGISTRY
 from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.queue.enqueue import queued_conversation
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.migrate import downgrade, upgrade
-from memstore.storage.sql.models import queue_table
-from memstore.storage.sql.queue_table import QueuedConversation, stored_message_chars
+from memstore.storage.sql.queue.table import QueuedConversation, stored_message_chars
+from memstore.storage.sql.schema.migrate import downgrade, upgrade
+from memstore.storage.sql.schema.models import queue_table
 from tests.reliability.conftest import Record, configure
 from tests.reliability.queue_support import llm_config, queue_rows, stored_facts
 from tests.reliability.queue_support import token_reply as remember

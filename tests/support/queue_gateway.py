@@ -26,7 +26,7 @@ from typing import Any
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.queue.database import DatabaseUpdateQueue
-from memstore.storage.sql.queue_table import QueueLease
+from memstore.storage.sql.queue.table import QueueLease
 from memstore.update.updater import MemoryUpdater
 
 

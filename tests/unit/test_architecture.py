@@ -114,10 +114,12 @@ def test_modules_stay_small(module: str) -> None:
 
 def test_the_layer_check_catches_an_upward_import() -> None:
     # The check itself must be able to fail: storage importing the queue would be upward.
-    assert _layer_of("memstore.queue.debounced") > _layer_of("memstore.storage.sql.provider")
+    assert _layer_of("memstore.queue.debounced") > _layer_of("memstore.storage.sql.documents.provider")
     assert "memstore.storage.base" in _imported_modules("memstore.storage.loader")
     assert "memstore.update.updater" in _imported_modules("memstore.queue.debounced")
-    assert "memstore.storage.sql.provider" in _imported_modules("memstore.storage.sql")  # a package import
+    assert "memstore.storage.sql.documents.provider" in _imported_modules(
+        "memstore.storage.sql"
+    )  # a package import
     assert "memstore.cli.db" in _imported_modules("memstore.cli")  # an import inside a function
 
 

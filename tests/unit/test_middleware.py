@@ -17,8 +17,8 @@ from memstore.gateway.user_context import reset_current_user, set_current_user
 from memstore.ops.facts import create_memory_fact, get_memory_data
 from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import database_url_from_config, get_engine
+from memstore.storage.sql.schema import migrate
 from tests.support.recording_updater import RecordingUpdater
 
 

@@ -15,7 +15,7 @@ from memstore.config import MemoryConfig
 from memstore.document import format_timestamp
 from memstore.errors import MalformedDocumentError
 from memstore.retention import FactSignals, RetentionPolicy
-from memstore.storage.sql.codec import (
+from memstore.storage.sql.documents.codec import (
     FactValues,
     KnownFact,
     SectionValues,
@@ -25,14 +25,14 @@ from memstore.storage.sql.codec import (
     encode_section,
     parse_document,
 )
-from memstore.storage.sql.merge import (
+from memstore.storage.sql.documents.merge import (
     Cap,
     MergePlan,
     StoredFact,
     StoredSection,
     plan_merge,
 )
-from memstore.storage.sql.merge import (
+from memstore.storage.sql.documents.merge import (
     assign_positions as _assign_positions,
 )
 

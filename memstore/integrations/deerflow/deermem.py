@@ -24,7 +24,7 @@ refused; (3) a ``save`` without ``expected_revision`` merges from the revision i
 carries, where DeerMem's files would overwrite.
 
 Hooks. ``record_fact_accesses`` (DeerMem calls it for the facts it injected) counts an access
-in memstore's access tracking (``memstore.storage.sql.access``: in memory, written in batches).
+in memstore's access tracking (``memstore.storage.sql.documents.access``: in memory, written in batches).
 ``get_fact_usage`` writes the pending batch and reads the same columns back (``accessHeat`` and
 ``accessCount`` are the access count; DeerMem decays the heat), so DeerMem's ``hybrid-v1``
 capacity score sees every access, including one recorded a moment before. ``record_capacity_eviction``
@@ -56,7 +56,7 @@ from memstore.integrations.deerflow.deermem_hooks import DEFAULT_AGENT_BUCKET, D
 from memstore.integrations.deerflow.opening import LazySql, logs_outage
 from memstore.integrations.deerflow.users import DeerFlowUserError, memstore_user_id
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.codec import INCARNATION_KEY
+from memstore.storage.sql.documents.codec import INCARNATION_KEY
 
 logger = logging.getLogger("memstore.integrations.deerflow")
 

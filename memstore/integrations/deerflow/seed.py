@@ -38,7 +38,7 @@ from memstore.errors import StaleDocumentError, StorageUnavailableError
 from memstore.integrations.deerflow.opening import LazySql, logs_outage
 from memstore.integrations.deerflow.replay import DEFAULT_REPLAY_LIMIT, PendingSave, ReplayBuffer
 from memstore.integrations.deerflow.users import memstore_user_id
-from memstore.storage.sql.codec import INCARNATION_KEY
+from memstore.storage.sql.documents.codec import INCARNATION_KEY
 
 logger = logging.getLogger("memstore.integrations.deerflow")
 

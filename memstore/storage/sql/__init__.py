@@ -3,6 +3,6 @@
 Select it with ``storage_class: memstore.storage.sql.SqlMemoryStorage``.
 """
 
-from memstore.storage.sql.provider import SqlMemoryStorage
+from memstore.storage.sql.documents.provider import SqlMemoryStorage
 
 __all__ = ["SqlMemoryStorage"]

@@ -39,9 +39,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Row
 
 from memstore.errors import BackupError
-from memstore.storage.sql.embeddings import stored_vector, vector_matrix, vector_parameter
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
-from memstore.storage.sql.models import (
+from memstore.storage.sql.schema.models import (
     embeddings_table,
     erasures_table,
     facts_table,
@@ -50,6 +49,7 @@ from memstore.storage.sql.models import (
     scopes_table,
     sections_table,
 )
+from memstore.storage.sql.search.embeddings import stored_vector, vector_matrix, vector_parameter
 
 # Parents before children, so a restore satisfies every foreign key as it goes.
 BACKUP_TABLES: tuple[Table, ...] = (

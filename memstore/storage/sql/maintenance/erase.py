@@ -13,15 +13,15 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Connection, Engine, Table, case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql
 
-from memstore.storage.sql import queue_table
+from memstore.storage.sql.documents.statements import user_is
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
-from memstore.storage.sql.fts_schema import FTS_TABLE
-from memstore.storage.sql.models import erasures_table as _erasures
-from memstore.storage.sql.models import facts_table as _facts
-from memstore.storage.sql.models import history_table as _history
-from memstore.storage.sql.models import scopes_table as _scopes
-from memstore.storage.sql.models import sections_table as _sections
-from memstore.storage.sql.statements import user_is
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.schema.fts_schema import FTS_TABLE
+from memstore.storage.sql.schema.models import erasures_table as _erasures
+from memstore.storage.sql.schema.models import facts_table as _facts
+from memstore.storage.sql.schema.models import history_table as _history
+from memstore.storage.sql.schema.models import scopes_table as _scopes
+from memstore.storage.sql.schema.models import sections_table as _sections
 
 
 def user_digest(user_id: str) -> str:

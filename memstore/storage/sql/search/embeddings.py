@@ -23,10 +23,10 @@ from memstore.document import fact_content_key
 from memstore.embedding.vectors import to_blob
 from memstore.errors import EmbeddingError
 from memstore.scope import Scope
-from memstore.storage.sql.models import embeddings_table as _vectors
-from memstore.storage.sql.models import facts_table as _facts
-from memstore.storage.sql.models import scopes_table as _scopes
-from memstore.storage.sql.statements import MAX_BOUND_IDS, SCOPE_MATCH, scope_keys
+from memstore.storage.sql.documents.statements import MAX_BOUND_IDS, SCOPE_MATCH, scope_keys
+from memstore.storage.sql.schema.models import embeddings_table as _vectors
+from memstore.storage.sql.schema.models import facts_table as _facts
+from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.vectors import UnembeddedFact
 
 _CURRENT = and_(

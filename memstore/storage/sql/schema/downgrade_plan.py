@@ -22,9 +22,9 @@ from sqlalchemy.engine import URL
 from sqlalchemy.pool import StaticPool
 
 from memstore.errors import MigrationError
-from memstore.storage.sql import migrate
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.fts_schema import is_fts_object
+from memstore.storage.sql.schema import migrate
+from memstore.storage.sql.schema.fts_schema import is_fts_object
 
 
 @dataclass(frozen=True)

@@ -44,11 +44,11 @@ from memstore.storage.records import (
     with_scores,
 )
 from memstore.storage.search_text import fts5_match, substring_terms, unservable_reason
-from memstore.storage.sql.fts_schema import FTS_TABLE, PG_TS_CONFIG
-from memstore.storage.sql.models import facts_table as _facts
-from memstore.storage.sql.models import history_table as _history
-from memstore.storage.sql.models import scopes_table as _scopes
-from memstore.storage.sql.statements import agent_is, user_is
+from memstore.storage.sql.documents.statements import agent_is, user_is
+from memstore.storage.sql.schema.fts_schema import FTS_TABLE, PG_TS_CONFIG
+from memstore.storage.sql.schema.models import facts_table as _facts
+from memstore.storage.sql.schema.models import history_table as _history
+from memstore.storage.sql.schema.models import scopes_table as _scopes
 
 logger = logging.getLogger(__name__)
 

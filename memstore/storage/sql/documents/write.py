@@ -15,14 +15,12 @@ from memstore.document import as_utc, new_fact_id
 from memstore.errors import LeaseLostError
 from memstore.retention import FactSignals
 from memstore.scope import Scope
-from memstore.storage.sql import access, maintenance, queue_table
-from memstore.storage.sql.cache import AnyRow, CacheEntry, incarnation, stamp_of
-from memstore.storage.sql.codec import FactValues, IncomingDocument, SectionValues, json_object
-from memstore.storage.sql.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
-from memstore.storage.sql.models import sections_table
-from memstore.storage.sql.queue_table import QueueLease
-from memstore.storage.sql.snapshot import plan_from_snapshot
-from memstore.storage.sql.statements import (
+from memstore.storage.sql.documents import access
+from memstore.storage.sql.documents.cache import AnyRow, CacheEntry, incarnation, stamp_of
+from memstore.storage.sql.documents.codec import FactValues, IncomingDocument, SectionValues, json_object
+from memstore.storage.sql.documents.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
+from memstore.storage.sql.documents.snapshot import plan_from_snapshot
+from memstore.storage.sql.documents.statements import (
     ANNOTATE_DELETION,
     CONFIRM_FACTS,
     FACTS_QUERY,
@@ -38,6 +36,10 @@ from memstore.storage.sql.statements import (
     UPDATE_SECTION,
     scope_keys,
 )
+from memstore.storage.sql.maintenance import erase as maintenance
+from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.queue.table import QueueLease
+from memstore.storage.sql.schema.models import sections_table
 
 
 def late_write(

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
 from memstore.document import as_utc
-from memstore.storage.sql.models import claims_table as _claims
-from memstore.storage.sql.models import queue_table as _queue
-from memstore.storage.sql.queue_table import HELD, QueueLimits
+from memstore.storage.sql.queue.table import HELD, QueueLimits
+from memstore.storage.sql.schema.models import claims_table as _claims
+from memstore.storage.sql.schema.models import queue_table as _queue
 
 THROUGHPUT_WINDOW = timedelta(minutes=15)
 """``queue status`` reports conversations completed per minute over at most this window: from the

@@ -51,7 +51,7 @@ def script_location() -> Path:
     packaged = resources.files("memstore").joinpath("_alembic")
     if isinstance(packaged, Path) and (packaged / "env.py").is_file():
         return packaged
-    checkout = Path(__file__).resolve().parents[3] / "alembic"
+    checkout = Path(__file__).resolve().parents[4] / "alembic"
     if (checkout / "env.py").is_file():
         return checkout
     raise MigrationError("memstore's migration scripts are missing: neither memstore/_alembic nor alembic/")

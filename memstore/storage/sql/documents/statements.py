@@ -24,10 +24,10 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
 from memstore.scope import Scope, validate_user_id
-from memstore.storage.sql.models import facts_table as _facts
-from memstore.storage.sql.models import history_table as _history
-from memstore.storage.sql.models import scopes_table as _scopes
-from memstore.storage.sql.models import sections_table as _sections
+from memstore.storage.sql.schema.models import facts_table as _facts
+from memstore.storage.sql.schema.models import history_table as _history
+from memstore.storage.sql.schema.models import scopes_table as _scopes
+from memstore.storage.sql.schema.models import sections_table as _sections
 
 # Literal '' (not a bound parameter) so the predicate matches the COALESCE unique index.
 _EMPTY: ColumnClause[Any] = literal_column("''")

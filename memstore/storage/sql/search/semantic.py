@@ -28,11 +28,11 @@ from sqlalchemy.types import UserDefinedType
 
 from memstore.embedding.vectors import to_blob
 from memstore.storage.records import FactFilter, FactPage
-from memstore.storage.sql.embeddings import stored_vector, vector_matrix
-from memstore.storage.sql.models import embeddings_table as _vectors
-from memstore.storage.sql.models import facts_table as _facts
-from memstore.storage.sql.models import scopes_table as _scopes
-from memstore.storage.sql.queries import (
+from memstore.storage.sql.schema.models import embeddings_table as _vectors
+from memstore.storage.sql.schema.models import facts_table as _facts
+from memstore.storage.sql.schema.models import scopes_table as _scopes
+from memstore.storage.sql.search.embeddings import stored_vector, vector_matrix
+from memstore.storage.sql.search.queries import (
     LIVE_FACTS,
     RECORD_COLUMNS,
     fact_conditions,

@@ -39,8 +39,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.errors import QueueFullError
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION
-from memstore.storage.sql.models import claims_table as _claims
-from memstore.storage.sql.models import queue_table as _queue
+from memstore.storage.sql.schema.models import claims_table as _claims
+from memstore.storage.sql.schema.models import queue_table as _queue
 
 RELEASED_AGO = timedelta(seconds=1)
 """A released claim's lease ends this long before the release, so it is expired at once."""

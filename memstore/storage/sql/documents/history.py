@@ -12,10 +12,10 @@ from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS
-from memstore.storage.sql.codec import decode_fact, decode_section
+from memstore.storage.sql.documents.codec import decode_fact, decode_section
 
 if TYPE_CHECKING:
-    from memstore.storage.sql.merge import MergePlan
+    from memstore.storage.sql.documents.merge import MergePlan
 
 _SECTION_ORDER = {name: index for index, name in enumerate(USER_SECTIONS + HISTORY_SECTIONS)}
 

@@ -43,23 +43,12 @@ from memstore.retention import FactSignals, RetentionPolicy
 from memstore.scope import Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
-from memstore.storage.sql import access, maintenance, queries
-from memstore.storage.sql.cache import CacheEntry, entry_after, stamp
-from memstore.storage.sql.codec import IncomingDocument, copy_json, parse_document
-from memstore.storage.sql.engine import (
-    SQLITE_BUSY_TIMEOUT_OPTION,
-    SQLITE_WRITE_OPTION,
-    database_url_from_config,
-    describe_db_error,
-    get_engine,
-    is_outage,
-    mask_url,
-)
-from memstore.storage.sql.load import LOAD_STATEMENTS, read_entry
-from memstore.storage.sql.merge import Cap
-from memstore.storage.sql.migrate import prepare_once
-from memstore.storage.sql.queue_table import QueueLease
-from memstore.storage.sql.statements import (
+from memstore.storage.sql.documents import access
+from memstore.storage.sql.documents.cache import CacheEntry, entry_after, stamp
+from memstore.storage.sql.documents.codec import IncomingDocument, copy_json, parse_document
+from memstore.storage.sql.documents.load import LOAD_STATEMENTS, read_entry
+from memstore.storage.sql.documents.merge import Cap
+from memstore.storage.sql.documents.statements import (
     INSERT_SCOPE,
     LOCK_QUERY,
     MARK_CLEARED,
@@ -68,8 +57,7 @@ from memstore.storage.sql.statements import (
     WRITE_TIMEOUTS,
     scope_keys,
 )
-from memstore.storage.sql.vector_store import SqlVectorStore
-from memstore.storage.sql.write import (
+from memstore.storage.sql.documents.write import (
     annotate_deletions,
     apply_plan,
     audit_folds,
@@ -81,6 +69,20 @@ from memstore.storage.sql.write import (
     plan_save,
     vanished_fold_targets,
 )
+from memstore.storage.sql.engine import (
+    SQLITE_BUSY_TIMEOUT_OPTION,
+    SQLITE_WRITE_OPTION,
+    database_url_from_config,
+    describe_db_error,
+    get_engine,
+    is_outage,
+    mask_url,
+)
+from memstore.storage.sql.maintenance import erase as maintenance
+from memstore.storage.sql.queue.table import QueueLease
+from memstore.storage.sql.schema.migrate import prepare_once
+from memstore.storage.sql.search import queries
+from memstore.storage.sql.search.vector_store import SqlVectorStore
 
 logger = logging.getLogger(__name__)
 

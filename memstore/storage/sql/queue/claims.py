@@ -27,9 +27,7 @@ from sqlalchemy import (
 )
 
 from memstore.document import as_utc
-from memstore.storage.sql.models import claims_table as _claims
-from memstore.storage.sql.models import queue_table as _queue
-from memstore.storage.sql.queue_table import (
+from memstore.storage.sql.queue.table import (
     LeasedConversation,
     QueuedConversation,
     QueueLease,
@@ -38,6 +36,8 @@ from memstore.storage.sql.queue_table import (
     not_among,
     unleased,
 )
+from memstore.storage.sql.schema.models import claims_table as _claims
+from memstore.storage.sql.schema.models import queue_table as _queue
 
 MAX_MESSAGES_TEXT = 1_000_000
 """A row's ``messages`` JSON beyond this is not one enqueue wrote (it keeps 64,000 characters)."""

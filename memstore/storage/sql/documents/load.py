@@ -23,8 +23,8 @@ import orjson
 from sqlalchemy import Connection, TextualSelect, column, text
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
-from memstore.storage.sql.cache import CacheEntry, incarnation, stamp_of
-from memstore.storage.sql.codec import (
+from memstore.storage.sql.documents.cache import CacheEntry, incarnation, stamp_of
+from memstore.storage.sql.documents.codec import (
     EMPTY_SECTION,
     INCARNATION_KEY,
     FactValues,
@@ -33,8 +33,8 @@ from memstore.storage.sql.codec import (
     decode_section,
     json_object,
 )
-from memstore.storage.sql.models import Timestamp
-from memstore.storage.sql.snapshot import Snapshot, snapshot_of
+from memstore.storage.sql.documents.snapshot import Snapshot, snapshot_of
+from memstore.storage.sql.schema.models import Timestamp
 
 # A confidence travels as the integer confidence * 2**60, exact whenever it is an integer (every
 # value from 1/256 up, and most below). Decimal text would not be exact: SQLite's JSON and printf

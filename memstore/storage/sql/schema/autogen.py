@@ -17,7 +17,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateIndex
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
-from memstore.storage.sql.fts_schema import is_fts_object
+from memstore.storage.sql.schema.fts_schema import is_fts_object
 
 # SQLAlchemy and Alembic warn that SQLite expression indexes cannot be reflected and skip them;
 # the comparator below checks them instead, so these warnings are noise.

@@ -14,7 +14,7 @@ from itertools import compress, count, repeat
 from operator import attrgetter, is_not, ne
 
 from memstore.retention import NO_SIGNALS, FactSignals
-from memstore.storage.sql.codec import (
+from memstore.storage.sql.documents.codec import (
     FactValues,
     IncomingDocument,
     IncomingFact,
@@ -23,7 +23,7 @@ from memstore.storage.sql.codec import (
     SectionValues,
     decode_section,
 )
-from memstore.storage.sql.merge import (
+from memstore.storage.sql.documents.merge import (
     Cap,
     MergePlan,
     StoredSection,

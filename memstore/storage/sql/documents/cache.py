@@ -22,9 +22,9 @@ from typing import Any
 from sqlalchemy import Row
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
-from memstore.storage.sql.codec import EMPTY_SECTION, INCARNATION_KEY, decode_section
-from memstore.storage.sql.merge import MergePlan
-from memstore.storage.sql.snapshot import Snapshot, snapshot_of
+from memstore.storage.sql.documents.codec import EMPTY_SECTION, INCARNATION_KEY, decode_section
+from memstore.storage.sql.documents.merge import MergePlan
+from memstore.storage.sql.documents.snapshot import Snapshot, snapshot_of
 
 Stamp = tuple[int, int, datetime]
 AnyRow = Row[*tuple[Any, ...]]

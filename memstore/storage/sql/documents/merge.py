@@ -36,7 +36,7 @@ from operator import lt
 from typing import Any, cast
 
 from memstore.retention import NO_SIGNALS, Candidate, FactSignals, RetentionPolicy, Score
-from memstore.storage.sql.codec import (
+from memstore.storage.sql.documents.codec import (
     EMPTY_SECTION,
     FactValues,
     IncomingDocument,
@@ -44,7 +44,7 @@ from memstore.storage.sql.codec import (
     SectionValues,
     decode_fact,
 )
-from memstore.storage.sql.history import Change, changes_of
+from memstore.storage.sql.documents.history import Change, changes_of
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 from memstore.document import as_utc
 from memstore.retention import FactSignals
 from memstore.scope import Scope
-from memstore.storage.sql.models import facts_table as _facts
-from memstore.storage.sql.statements import SCOPE_ID, WRITE_TIMEOUTS, scope_keys
+from memstore.storage.sql.documents.statements import SCOPE_ID, WRITE_TIMEOUTS, scope_keys
+from memstore.storage.sql.schema.models import facts_table as _facts
 
 logger = logging.getLogger(__name__)
 

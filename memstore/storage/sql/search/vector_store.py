@@ -23,8 +23,8 @@ from memstore.document import fact_content_key
 from memstore.errors import StorageUnavailableError
 from memstore.scope import Scope
 from memstore.storage.records import FactFilter, FactPage
-from memstore.storage.sql import embeddings
-from memstore.storage.sql.semantic import nearest_facts, vector_backend
+from memstore.storage.sql.search import embeddings
+from memstore.storage.sql.search.semantic import nearest_facts, vector_backend
 from memstore.storage.vectors import EmbeddingStatus, UnembeddedFact
 
 MAX_CACHED_VECTORS = 20_000

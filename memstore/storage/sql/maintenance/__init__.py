@@ -1,0 +1,1 @@
+"""Operator work on whole databases: erase, vacuum, backup and restore."""
