@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from memstore.errors import InvalidScopeError
 
@@ -16,6 +18,14 @@ DEFAULT_USER_ID = "default"
 """The user of a call that names none (``get_effective_user_id``: a single-user deployment).
 Reserved: ``make_safe_user_id`` never returns it, so no external identity reaches that scope."""
 AGENT_NAME_PATTERN = re.compile(r"^[A-Za-z0-9-]{1,128}$")
+DEFAULT_TENANT_ID = "default"
+"""The tenant of every call that names none: a single-tenant deployment never says one."""
+ROLE_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MAX_ROLES = 32
+ADMIN_ROLE = "admin"
+"""May read, edit and delete every shared and public fact of its tenant (never another's private)."""
+EDITOR_ROLE = "editor"
+"""May create shared and public facts (everyone may create private ones)."""
 
 Scope = tuple[str | None, str | None]
 
@@ -29,6 +39,58 @@ def validate_user_id(user_id: str | None) -> str | None:
             "(normalise external ids with make_safe_user_id)"
         )
     return user_id
+
+
+def validate_tenant_id(tenant_id: str) -> str:
+    """Tenant ids follow the user-id rule (1-128 of A-Z a-z 0-9 _ -): a tenant is never ``''``, so
+    a transaction without an identity (``current_setting`` returns ``''`` or NULL) matches none."""
+    if not isinstance(tenant_id, str) or not USER_ID_PATTERN.fullmatch(tenant_id):
+        raise InvalidScopeError(f"Invalid tenant_id {tenant_id!r}: use 1-128 characters from A-Z a-z 0-9 _ -")
+    return tenant_id
+
+
+def validate_roles(roles: Iterable[str] | None) -> frozenset[str]:
+    """At most ``MAX_ROLES`` role names of 1-64 of A-Z a-z 0-9 _ - (no comma: PostgreSQL's policies
+    read them back from one comma-separated setting)."""
+    if roles is None:
+        return frozenset()
+    if isinstance(roles, str):
+        raise InvalidScopeError("roles must be a list of role names, not one string")
+    names = list(roles)
+    if len(names) > MAX_ROLES:
+        raise InvalidScopeError(f"Too many roles ({len(names)}): at most {MAX_ROLES}")
+    for name in names:
+        if not isinstance(name, str) or not ROLE_PATTERN.fullmatch(name):
+            raise InvalidScopeError(f"Invalid role {name!r}: use 1-64 characters from A-Z a-z 0-9 _ -")
+    return frozenset(names)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who an operation runs for: what it may read and write is decided from these three."""
+
+    tenant_id: str = DEFAULT_TENANT_ID
+    user_id: str | None = None
+    roles: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(
+        cls, user_id: str | None, *, tenant_id: str | None = None, roles: Iterable[str] | None = None
+    ) -> Identity:
+        """A validated identity; ``tenant_id=None`` is the default tenant."""
+        return cls(
+            validate_tenant_id(DEFAULT_TENANT_ID if tenant_id is None else tenant_id),
+            validate_user_id(user_id),
+            validate_roles(roles),
+        )
+
+    @property
+    def roles_setting(self) -> str:
+        """The roles as PostgreSQL's ``memstore.roles`` setting holds them: sorted, comma-separated."""
+        return ",".join(sorted(self.roles))
+
+
+DEFAULT_IDENTITY = Identity()
 
 
 def normalize_agent_name(agent_name: str | None) -> str | None:

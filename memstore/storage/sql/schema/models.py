@@ -52,12 +52,24 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 
+TenantId = String(128)
+
+
+def _tenant_column() -> Mapped[str]:
+    return mapped_column(TenantId, nullable=False, server_default=text("'default'"))
+
+
 class MemoryScope(Base):
-    """One row per ``(user_id, agent_name)``; either part may be NULL (legacy global scopes)."""
+    """One row per ``(tenant_id, user_id, agent_name)``; user and agent may be NULL (global scopes).
+
+    The scope's user owns it: its sections, its facts and their history. Row-level security on
+    PostgreSQL (``rls.py``) keys every memory table on the tenant and that owner.
+    """
 
     __tablename__ = "memory_scopes"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
+    tenant_id: Mapped[str] = _tenant_column()
     user_id: Mapped[str | None] = mapped_column(String(128))
     agent_name: Mapped[str | None] = mapped_column(String(128))
     revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
@@ -74,6 +86,7 @@ class MemoryScope(Base):
         # NULL never equals NULL in a plain unique index, so key on COALESCE: '' is not a valid id.
         Index(
             "uq_memory_scopes_scope",
+            "tenant_id",
             func.coalesce(text("user_id"), text("''")),
             func.coalesce(text("agent_name"), text("''")),
             unique=True,
@@ -106,7 +119,12 @@ class MemorySection(Base):
 
 
 class MemoryFact(Base):
-    """One fact of a scope. ``deleted_revision`` set means tombstoned (not part of the document)."""
+    """One fact of a scope. ``deleted_revision`` set means tombstoned (not part of the document).
+
+    ``visibility`` says who else in the tenant reads it: ``private`` (the owner only), ``shared``
+    (the users and roles in ``memory_fact_grants``) or ``public`` (everyone in the tenant).
+    ``tenant_id`` repeats the scope's, so the policies and the tenant's shared reads need no join.
+    """
 
     __tablename__ = "memory_facts"
 
@@ -114,6 +132,8 @@ class MemoryFact(Base):
     scope_id: Mapped[int] = mapped_column(
         Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
     )
+    tenant_id: Mapped[str] = _tenant_column()
+    visibility: Mapped[str] = mapped_column(String(8), nullable=False, server_default="private")
     fact_id: Mapped[str] = mapped_column(String(64), nullable=False)
     position: Mapped[int] = mapped_column(Integer, nullable=False)
     content: Mapped[str] = mapped_column(Text, nullable=False)
@@ -136,6 +156,7 @@ class MemoryFact(Base):
     __table_args__ = (
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
         CheckConstraint("length(content) > 0", name="content_not_empty"),
+        CheckConstraint("visibility IN ('private', 'shared', 'public')", name="known_visibility"),
         Index("uq_memory_facts_scope_id_fact_id", "scope_id", "fact_id", unique=True),
         # Dedup is race-free because the database refuses a second live fact with the same key.
         Index(
@@ -156,6 +177,39 @@ class MemoryFact(Base):
             sqlite_where=text("deleted_revision IS NULL"),
             postgresql_where=text("deleted_revision IS NULL"),
         ),
+        # The tenant's shared and public facts (``memory_context``'s merge) without its private ones.
+        Index(
+            "ix_memory_facts_tenant_id_visibility",
+            "tenant_id",
+            "visibility",
+            sqlite_where=text("deleted_revision IS NULL AND visibility <> 'private'"),
+            postgresql_where=text("deleted_revision IS NULL AND (visibility)::text <> 'private'::text"),
+        ),
+    )
+
+
+class MemoryFactGrant(Base):
+    """Who a ``shared`` fact is granted to: one row per user or role, inside the fact's tenant.
+
+    ``scope_id`` and ``tenant_id`` repeat the fact's, so the owner's policy needs no join to it.
+    """
+
+    __tablename__ = "memory_fact_grants"
+
+    fact_row_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_facts.id", ondelete="CASCADE"), primary_key=True
+    )
+    grantee_kind: Mapped[str] = mapped_column(String(4), primary_key=True)
+    grantee: Mapped[str] = mapped_column(String(128), primary_key=True)
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
+    )
+    tenant_id: Mapped[str] = _tenant_column()
+
+    __table_args__ = (
+        CheckConstraint("grantee_kind IN ('user', 'role')", name="known_grantee_kind"),
+        Index("ix_memory_fact_grants_tenant_id_grantee_kind_grantee", "tenant_id", "grantee_kind", "grantee"),
+        Index("ix_memory_fact_grants_scope_id", "scope_id"),
     )
 
 
@@ -226,7 +280,9 @@ class MemoryErasure(Base):
 
     __tablename__ = "memory_erasures"
 
+    # SHA-256 of the user id in the default tenant, of ``tenant_id NUL user_id`` in any other.
     user_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = _tenant_column()
     erased_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
 
     __table_args__ = (Index("ix_memory_erasures_erased_at", "erased_at"),)
@@ -243,6 +299,7 @@ class MemoryQueueItem(Base):
     __tablename__ = "memory_queue"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
+    tenant_id: Mapped[str] = _tenant_column()
     thread_id: Mapped[str] = mapped_column(String(255), nullable=False)
     user_id: Mapped[str] = mapped_column(String(128), nullable=False)
     agent_name: Mapped[str] = mapped_column(String(128), nullable=False)
@@ -275,9 +332,9 @@ class MemoryQueueItem(Base):
 
     __table_args__ = (
         CheckConstraint("state IN ('pending', 'leased', 'done', 'dead')", name="known_state"),
-        Index("uq_memory_queue_conversation", "thread_id", "user_id", "agent_name", unique=True),
+        Index("uq_memory_queue_conversation", "tenant_id", "thread_id", "user_id", "agent_name", unique=True),
         Index("ix_memory_queue_state_due_at", "state", "due_at"),
-        Index("ix_memory_queue_user_id_agent_name", "user_id", "agent_name"),
+        Index("ix_memory_queue_tenant_id_user_id_agent_name", "tenant_id", "user_id", "agent_name"),
     )
 
 
@@ -290,6 +347,7 @@ class MemoryQueueClaim(Base):
 
     __tablename__ = "memory_queue_claims"
 
+    tenant_id: Mapped[str] = mapped_column(TenantId, primary_key=True, server_default=text("'default'"))
     user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
     agent_name: Mapped[str] = mapped_column(String(128), primary_key=True)
     lease_owner: Mapped[str] = mapped_column(String(128), nullable=False)
@@ -311,3 +369,4 @@ embeddings_table = _table(MemoryFactEmbedding)
 erasures_table = _table(MemoryErasure)
 queue_table = _table(MemoryQueueItem)
 claims_table = _table(MemoryQueueClaim)
+grants_table = _table(MemoryFactGrant)

@@ -1,0 +1,145 @@
+"""PostgreSQL row-level security on every memory table, owned by Alembic revision 0008.
+
+Each policy reads the identity memstore sets at the start of every transaction with
+``set_config(name, value, true)`` (``storage/sql/identity.py``): ``memstore.tenant_id``,
+``memstore.user_id`` (``''`` for a call that names no user) and ``memstore.roles`` (comma
+separated). Transaction-local settings are what a transaction-mode pooler passes through intact.
+A transaction that set nothing reads ``NULL`` (or ``''`` once the session has set it before);
+no tenant id is ``''``, so it sees no row. ``FORCE`` puts the tables' owner under the policies
+too: only a superuser or a ``BYPASSRLS`` role (the operator connection) reads across tenants.
+
+The rules (docs/operations.md, "Tenants and row-level security"):
+
+- a scope, its sections, its queue rows and claims: the owner only (the tenant's ``admin`` may
+  also read and bump a scope's row, which holds no content, to edit a shared fact in it);
+- a fact: its owner; ``public`` ones everyone in the tenant; ``shared`` ones the granted users and
+  roles, and ``admin``. Writes: the owner, and ``admin`` on shared and public facts;
+- grants: the owner of the fact, the grantee, ``admin``;
+- history: the owner's scope, plus the rows of facts the identity may read;
+- embeddings: those of facts the identity may read; written by the owner;
+- erasures: the tenant's.
+
+SQLite has no row-level security: memstore's own statements carry the same predicates there, and
+the leak tests run every read path on both dialects.
+"""
+
+from __future__ import annotations
+
+TENANT = "current_setting('memstore.tenant_id', true)"
+USER = "current_setting('memstore.user_id', true)"
+ROLES = "string_to_array(current_setting('memstore.roles', true), ',')"
+IS_ADMIN = f"'admin' = ANY({ROLES})"
+OWN_SCOPES = (
+    f"(SELECT s.id FROM memory_scopes s WHERE s.tenant_id = {TENANT} AND coalesce(s.user_id, '') = {USER})"
+)
+_GRANTED = (
+    "EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id AND "
+    f"((g.grantee_kind = 'user' AND g.grantee = {USER}) OR (g.grantee_kind = 'role' AND g.grantee = ANY({ROLES}))))"
+)
+_FACT_READABLE = (
+    f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR visibility = 'public' "
+    f"OR (visibility = 'shared' AND ({IS_ADMIN} OR {_GRANTED})))"
+)
+_FACT_OWNED = f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}"
+_FACT_ADMINISTERED = f"tenant_id = {TENANT} AND visibility <> 'private' AND {IS_ADMIN}"
+_SCOPE_OWNED = f"tenant_id = {TENANT} AND coalesce(user_id, '') = {USER}"
+
+POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
+    # table: (policy name, command, USING, WITH CHECK)
+    "memory_scopes": (
+        ("memstore_owner", "ALL", _SCOPE_OWNED, _SCOPE_OWNED),
+        ("memstore_admin_read", "SELECT", f"tenant_id = {TENANT} AND {IS_ADMIN}", None),
+        ("memstore_admin_bump", "UPDATE", f"tenant_id = {TENANT} AND {IS_ADMIN}", f"tenant_id = {TENANT}"),
+    ),
+    "memory_sections": (("memstore_owner", "ALL", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),),
+    "memory_facts": (
+        ("memstore_read", "SELECT", _FACT_READABLE, None),
+        ("memstore_owner_insert", "INSERT", None, _FACT_OWNED),
+        ("memstore_owner_update", "UPDATE", _FACT_OWNED, _FACT_OWNED),
+        ("memstore_owner_delete", "DELETE", _FACT_OWNED, None),
+        ("memstore_admin_update", "UPDATE", _FACT_ADMINISTERED, _FACT_ADMINISTERED),
+        ("memstore_admin_delete", "DELETE", _FACT_ADMINISTERED, None),
+    ),
+    "memory_fact_grants": (
+        (
+            "memstore_read",
+            "SELECT",
+            f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR {IS_ADMIN} "
+            f"OR (grantee_kind = 'user' AND grantee = {USER}) "
+            f"OR (grantee_kind = 'role' AND grantee = ANY({ROLES})))",
+            None,
+        ),
+        (
+            "memstore_write",
+            "ALL",
+            f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR {IS_ADMIN})",
+            f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR {IS_ADMIN})",
+        ),
+    ),
+    "memory_history": (
+        (
+            "memstore_read",
+            "SELECT",
+            f"scope_id IN {OWN_SCOPES} OR (entity = 'fact' AND EXISTS (SELECT 1 FROM memory_facts f "
+            "WHERE f.scope_id = memory_history.scope_id AND f.fact_id = memory_history.entity_id))",
+            None,
+        ),
+        ("memstore_owner_insert", "INSERT", None, f"scope_id IN {OWN_SCOPES}"),
+        ("memstore_owner_update", "UPDATE", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),
+        (
+            "memstore_admin_insert",
+            "INSERT",
+            None,
+            f"{IS_ADMIN} AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = {TENANT})",
+        ),
+    ),
+    "memory_fact_embeddings": (
+        ("memstore_read", "SELECT", "fact_row_id IN (SELECT f.id FROM memory_facts f)", None),
+        ("memstore_owner_write", "ALL", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),
+    ),
+    "memory_erasures": (("memstore_tenant", "ALL", f"tenant_id = {TENANT}", f"tenant_id = {TENANT}"),),
+    "memory_queue": (
+        (
+            "memstore_owner",
+            "ALL",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+        ),
+    ),
+    "memory_queue_claims": (
+        (
+            "memstore_owner",
+            "ALL",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+        ),
+    ),
+}
+"""Every memory table and its policies; a table missing here fails ``test_row_level_security``."""
+
+
+def create_statements(tables: tuple[str, ...] | None = None) -> list[str]:
+    """``ENABLE`` + ``FORCE`` row-level security and ``CREATE POLICY`` for each table."""
+    statements: list[str] = []
+    for table, policies in POLICIES.items():
+        if tables is not None and table not in tables:
+            continue
+        statements.append(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        statements.append(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+        for name, command, using, check in policies:
+            clauses = f" USING ({using})" if using else ""
+            clauses += f" WITH CHECK ({check})" if check else ""
+            statements.append(f"CREATE POLICY {name} ON {table} FOR {command}{clauses}")
+    return statements
+
+
+def drop_statements(tables: tuple[str, ...] | None = None) -> list[str]:
+    """The reverse of ``create_statements``."""
+    statements: list[str] = []
+    for table, policies in POLICIES.items():
+        if tables is not None and table not in tables:
+            continue
+        statements.extend(f"DROP POLICY {name} ON {table}" for name, *_ in policies)
+        statements.append(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
+        statements.append(f"ALTER TABLE {table} DISABLE ROW LEVEL SECURITY")
+    return statements
