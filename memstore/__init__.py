@@ -10,6 +10,7 @@ from memstore.capture.signals import detect_correction, detect_reinforcement
 from memstore.config import MemoryConfig, get_memory_config, load_memory_config, set_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, utc_now_iso_z
 from memstore.errors import (
+    AccessDeniedError,
     ConfigError,
     DuplicateFactError,
     FactEditConflictError,
@@ -35,6 +36,7 @@ from memstore.gateway.tools import (
     should_use_memory_tools,
 )
 from memstore.gateway.user_context import (
+    get_current_identity,
     get_effective_user_id,
     reset_current_user,
     set_current_user,
@@ -52,7 +54,7 @@ from memstore.ops.facts import (
     update_memory_fact,
 )
 from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue, set_memory_queue
-from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
+from memstore.scope import DEFAULT_TENANT_ID, DEFAULT_USER_ID, Identity, make_safe_user_id
 from memstore.storage import FileMemoryStorage, MemoryStorage, get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.update.prompt import format_conversation_for_update
@@ -80,6 +82,7 @@ __all__ = [  # noqa: RUF022 - grouped by stage, not sorted
     "InvalidFactError",
     "InvalidDocumentError",
     "QueryError",
+    "AccessDeniedError",
     # capture
     "ConversationContext",
     "filter_messages_for_memory",
@@ -106,7 +109,10 @@ __all__ = [  # noqa: RUF022 - grouped by stage, not sorted
     "MemoryMiddleware",
     "memory_flush_hook",
     "DEFAULT_USER_ID",
+    "DEFAULT_TENANT_ID",
+    "Identity",
     "get_effective_user_id",
+    "get_current_identity",
     "set_current_user",
     "reset_current_user",
     "make_safe_user_id",

@@ -70,6 +70,10 @@ class MemoryConfig(BaseModel):
     )
     data_dir: str = "./.memstore"
     database_url: str | None = None
+    # The connection for work that crosses tenants (the queue worker's claims, stats, erase,
+    # vacuum, lifecycle, backup, migrations): a superuser or BYPASSRLS role. Unset: database_url,
+    # which is right when that role bypasses row-level security (the table owner as superuser).
+    operator_database_url: str | None = None
     auto_migrate: bool = False
     debounce_seconds: int = Field(default=30, ge=1, le=300)
     model_name: str | None = None
@@ -87,6 +91,8 @@ class MemoryConfig(BaseModel):
     max_queue_chars: int = Field(default=100_000_000, ge=64_000, le=10_000_000_000)
     # The most of both bounds one user may hold (at least one conversation of the largest size).
     queue_user_share: float = Field(default=0.1, gt=0.0, le=1.0)
+    # The most of both bounds one tenant may hold; 1.0: no cap beyond the totals.
+    queue_tenant_share: float = Field(default=1.0, gt=0.0, le=1.0)
     update_max_attempts: int = Field(default=10, ge=1, le=100)
     update_retry_base_seconds: float = Field(default=2.0, gt=0, le=3600)
     update_retry_max_seconds: float = Field(default=300.0, gt=0, le=86_400)

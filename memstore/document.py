@@ -18,6 +18,8 @@ FACT_CATEGORIES = ("preference", "knowledge", "context", "behavior", "goal", "co
 DOCUMENT_KEYS = ("version", "lastUpdated", "user", "history", "facts")
 """The interchange format's top-level keys; providers may add their own (``revision``, ...)."""
 DEFAULT_CATEGORY = "context"
+VISIBILITIES = ("private", "shared", "public")
+"""Who else in the tenant reads a fact: nobody, the granted users and roles, everyone."""
 """The category of a fact that names none (an LLM that omits it, a manual fact, an old document)."""
 MANUAL_CONFIDENCE = 0.7
 """The confidence of a fact added by hand without one, on every path (helpers, tools, MCP, HTTP).

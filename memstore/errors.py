@@ -33,6 +33,13 @@ class InvalidScopeError(MemstoreError):
     """
 
 
+class AccessDeniedError(MemstoreError, PermissionError):
+    """The identity may not do this (share a fact without the ``editor`` or ``admin`` role, ...).
+
+    The message says which role or rule is missing; it never names another user's data.
+    """
+
+
 # -- storage -------------------------------------------------------------------------------
 
 
@@ -79,9 +86,10 @@ class LeaseLostError(MemstoreError):
 class QueueFullError(MemstoreError):
     """The durable queue refused a new conversation because it would pass a bound.
 
-    ``kind`` is ``full`` (``max_queue_depth`` or ``max_queue_chars``) or ``user_share`` (the
-    user's share of them, ``queue_user_share``): one user's flood is refused before it can fill
-    the queue for everyone else.
+    ``kind`` is ``full`` (``max_queue_depth`` or ``max_queue_chars``), ``user_share`` (the
+    user's share of them, ``queue_user_share``) or ``tenant_share`` (the tenant's,
+    ``queue_tenant_share``): one user's or one tenant's flood is refused before it can fill the
+    queue for everyone else.
     """
 
     def __init__(self, message: str, *, kind: str) -> None:

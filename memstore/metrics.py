@@ -56,7 +56,8 @@ EXTRACTIONS = Counter(
 QUEUE_REJECTED = Counter(
     "memstore_queue_rejected",
     "Conversations the queue refused, by reason: full (max_queue_depth or max_queue_chars), "
-    "user_share (the user's queue_user_share of them), invalid (the database refused the content)",
+    "user_share (the user's queue_user_share of them), tenant_share (the tenant's queue_tenant_share), "
+    "invalid (the database refused the content)",
     ["reason"],
     registry=REGISTRY,
 )

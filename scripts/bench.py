@@ -36,6 +36,7 @@ import bench_relevance
 import bench_report
 import bench_scenarios
 import bench_search
+import bench_tenancy
 import sqlalchemy
 from bench_core import SQLITE_NORMAL, Result
 from bench_data import use_bench_config
@@ -89,7 +90,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["queue", "access"],
+        choices=["queue", "access", "tenancy"],
         help="run one scenario; results.json keeps the others' entries, the chart is left alone "
         "(an access-only run never writes docs)",
     )
@@ -194,9 +195,13 @@ def run(
                 work, pg_server, pg_durability, mode.search_users, mode.searches * 4
             )
             _stage("search at scale", started)
+        if pg_url is not None and only in (None, "tenancy"):
+            started = time.perf_counter()
+            results += bench_tenancy.tenancy(pg_url, pg_durability, mode.loads, mode.warmup)
+            _stage("tenancy", started)
         if only == "access":
             results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
-        else:
+        elif only != "tenancy":
             results += _queue(mode_name, work, pg_url, pg_durability)
     dispose_engines()
     return results, _meta(mode_name, mode, pg_server, pg_version, only is None)
@@ -204,6 +209,10 @@ def run(
 
 def _is_access(scenario: str) -> bool:
     return scenario == bench_scenarios.ACCESS_SCENARIO
+
+
+def _is_tenancy(scenario: str) -> bool:
+    return scenario.startswith("tenancy_")
 
 
 def _is_queue(scenario: str) -> bool:
@@ -250,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     title = f"memstore benchmark ({mode_name}, {meta['generated_at']}, {meta['cpus']} CPUs)"
     if args.only:
-        replaces = _is_queue if args.only == "queue" else _is_access
+        replaces = {"queue": _is_queue, "access": _is_access, "tenancy": _is_tenancy}[args.only]
         bench_report.merge_json(out / "results.json", meta, results, rows, replaces)
     else:
         bench_report.write_json(out / "results.json", meta, results, rows)
@@ -258,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     blocks = _blocks(meta, title, results, rows)
     print("\n" + "\n\n".join(block for block in blocks if block))
     print(f"\nwrote {out / 'results.json'}" + ("" if args.only else f" and {out / 'chart.png'}"))
-    if args.write_docs and args.only == "access":
-        print("not writing docs/performance.md: an access-only run would replace the main table")
+    if args.write_docs and args.only in ("access", "tenancy"):
+        print(f"not writing docs/performance.md: a {args.only}-only run would replace the main table")
     elif args.write_docs:
         for block, markers in zip(
             blocks, (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS), strict=True

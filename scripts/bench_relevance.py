@@ -21,6 +21,7 @@ from memstore.config import get_memory_config
 from memstore.inject.relevance import RelevanceWeights, fused_scores
 from memstore.inject.render import render_memory
 from memstore.queries import FactFilter
+from memstore.scope import DEFAULT_IDENTITY
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine, load_sqlite_vec
 from memstore.storage.sql.search.embeddings import vector_parameter
@@ -159,7 +160,7 @@ def semantic_search(
 
 def _search(engine: Engine, where: FactFilter, query: np.ndarray) -> Sampler:
     def run() -> None:
-        page = nearest_facts(engine, where, query, model=MODEL, limit=10, offset=0)
+        page = nearest_facts(engine.connect, where, DEFAULT_IDENTITY, query, model=MODEL, limit=10, offset=0)
         assert page.facts
 
     return timed(run)

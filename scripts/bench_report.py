@@ -160,6 +160,27 @@ TARGETS: tuple[Target, ...] = (
         3,
     ),
     Target(
+        "rls_cold_load",
+        "PostgreSQL cold load, row-level security on ≤ 1.15× off",
+        ("tenancy_load_cold_100", "rls_on"),
+        ("tenancy_load_cold_100", "rls_off"),
+        1.15,
+    ),
+    Target(
+        "rls_save",
+        "PostgreSQL save adding a fact to 100, row-level security on ≤ 1.15× off",
+        ("tenancy_save_add1_100", "rls_on"),
+        ("tenancy_save_add1_100", "rls_off"),
+        1.15,
+    ),
+    Target(
+        "context_merge",
+        "PostgreSQL: the reader's load + 100 shared and public facts merged vs its load alone",
+        ("tenancy_context_merge", "merged_100_shared"),
+        ("tenancy_context_merge", "own_only"),
+        None,
+    ),
+    Target(
         "pg_cold_vs_floor",
         "PostgreSQL cold load vs the same query by hand with psycopg",
         ("load_cold_100", "postgresql"),

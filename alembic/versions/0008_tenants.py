@@ -81,7 +81,8 @@ def upgrade() -> None:
         # SQLite adds a column with its CHECK in place: no table copy of every fact.
         op.execute(
             "ALTER TABLE memory_facts ADD COLUMN visibility VARCHAR(8) DEFAULT 'private' NOT NULL "
-            "CONSTRAINT ck_memory_facts_known_visibility CHECK (visibility IN ('private', 'shared', 'public'))"
+            "CONSTRAINT ck_memory_facts_known_visibility "
+            "CHECK (visibility IN ('private', 'shared', 'public'))"
         )
     live_shared = "deleted_revision IS NULL AND visibility <> 'private'"
     op.create_index(

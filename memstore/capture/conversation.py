@@ -16,15 +16,18 @@ from memstore.capture.message_access import message_type
 from memstore.capture.signals import detect_correction, detect_reinforcement
 from memstore.document import unstorable
 from memstore.errors import InvalidScopeError
+from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
 
-ConversationKey = tuple[str, str | None, str | None]
+ConversationKey = tuple[str, str, str | None, str | None]
+"""``(tenant_id, thread_id, user_id, agent_name)``: the same thread in two tenants is two conversations."""
 MAX_THREAD_ID_CHARS = 255
 """As long as a fact's ``source`` column; a longer thread id is refused, never cut (ids would merge)."""
 
 
 @dataclass
 class ConversationContext:
-    """One pending conversation; ``user_id`` is captured by the producer, never on the worker."""
+    """One pending conversation; its identity (``tenant_id``, ``user_id``) is captured by the
+    producer, never on the worker, which saves it under that identity."""
 
     thread_id: str
     """The conversation's thread; ``""`` when the caller has none (facts then get source ``unknown``)."""
@@ -39,8 +42,11 @@ class ConversationContext:
     """Queue bookkeeping: processing attempts that ended in a storage outage."""
     not_before: float = 0.0
     """Queue bookkeeping: ``time.monotonic()`` before which a retry is not processed again."""
+    tenant_id: str = DEFAULT_TENANT_ID
+    """The tenant whose memory the conversation updates; a single-tenant caller never names one."""
 
     def __post_init__(self) -> None:
+        self.tenant_id = validate_tenant_id(self.tenant_id)
         # The thread id becomes every new fact's source and a queue key: it gets a cap too.
         if len(self.thread_id) > MAX_THREAD_ID_CHARS:
             raise InvalidScopeError(
@@ -53,12 +59,17 @@ class ConversationContext:
 
     @property
     def key(self) -> ConversationKey:
-        """The queue's coalescing key: one pending conversation per thread, user and agent."""
-        return (self.thread_id, self.user_id, self.agent_name)
+        """The queue's coalescing key: one pending conversation per tenant, thread, user and agent."""
+        return (self.tenant_id, self.thread_id, self.user_id, self.agent_name)
 
 
 def capture_conversation(
-    messages: Iterable[Any], *, thread_id: str, user_id: str | None, agent_name: str | None
+    messages: Iterable[Any],
+    *,
+    thread_id: str,
+    user_id: str | None,
+    agent_name: str | None,
+    tenant_id: str = DEFAULT_TENANT_ID,
 ) -> ConversationContext | None:
     """The memory-relevant part of ``messages``; ``None`` unless a user message and an answer remain."""
     filtered = filter_messages_for_memory(messages)
@@ -75,4 +86,5 @@ def capture_conversation(
         user_id=user_id,
         correction_detected=correction,
         reinforcement_detected=reinforcement,
+        tenant_id=tenant_id,
     )

@@ -1,4 +1,6 @@
-"""``memstore db``: create, migrate and inspect the schema with the Alembic revisions shipped in memstore.
+"""``memstore db``: create, migrate and inspect the schema with the Alembic revisions shipped in memstore,
+and grant the application's PostgreSQL role (``grant-app-role``). Every command runs on the
+operator's connection (``operator_database_url``, else ``database_url``): it owns the tables.
 
 Works from an installed wheel, anywhere: no alembic.ini and no checkout needed. URLs are only
 ever printed masked, and error messages are scrubbed of the password as well.
@@ -6,6 +8,7 @@ ever printed masked, and error messages are scrubbed of the password as well.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import quote
@@ -21,16 +24,16 @@ from memstore.config import get_memory_config
 from memstore.errors import MigrationError
 from memstore.storage.loader import load_storage_class
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.engine import database_url_from_config, dispose_engines, mask_url
-from memstore.storage.sql.schema import migrate
+from memstore.storage.sql.engine import dispose_engines, get_engine, mask_url, operator_url_from_config
+from memstore.storage.sql.schema import migrate, roles
 from memstore.storage.sql.schema.downgrade_plan import Dropped, plan_downgrade
 
 url_option = click.option(
     "--url",
     metavar="URL",
     callback=not_blank,
-    help="SQLAlchemy database URL. Default: database_url from MEMSTORE_DATABASE_URL or the "
-    "MEMSTORE_CONFIG file, else the embedded SQLite file in data_dir.",
+    help="SQLAlchemy database URL. Default: operator_database_url, else database_url (from "
+    "MEMSTORE_* or the MEMSTORE_CONFIG file), else the embedded SQLite file in data_dir.",
 )
 
 
@@ -162,8 +165,59 @@ def sql(dialect: migrate.Dialect | None, from_rev: str | None, to_rev: str) -> N
         click.echo(migrate.render_sql(chosen, from_rev, to_rev), nl=False)
 
 
+@db.command("grant-app-role")
+@click.argument("role")
+@click.option(
+    "--create", is_flag=True, help="Create ROLE first (LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE)."
+)
+@click.option(
+    "--password-env",
+    metavar="VAR",
+    help="With --create: the environment variable holding ROLE's password (never given on the command line).",
+)
+@click.option("--print", "print_only", is_flag=True, help="Print the SQL for a DBA instead of running it.")
+@url_option
+def grant_app_role(
+    role: str, create: bool, password_env: str | None, print_only: bool, url: str | None
+) -> None:
+    """Let ROLE run memstore's application under PostgreSQL's row-level security.
+
+    Grants ROLE the rows of every memory table (SELECT, INSERT, UPDATE, DELETE), their id
+    sequences and a read of alembic_version: nothing else, so it owns no table and every policy
+    binds it. Runs on the operator connection (operator_database_url). Idempotent: run it again
+    after a `db upgrade` that adds a table. --print shows the statements for the public schema.
+    """
+    url = _resolve(url)
+    if migrate.dialect_of(url) != "postgresql":
+        raise click.UsageError(
+            f"grant-app-role needs PostgreSQL, and {mask_url(url)} is SQLite: SQLite has no roles or "
+            "row-level security (memstore's own queries keep tenants apart there)"
+        )
+    if password_env is not None and not create:
+        raise click.UsageError("--password-env sets the password of the role --create makes")
+    password = None
+    if password_env is not None and not print_only:
+        password = os.environ.get(password_env)
+        if not password:
+            raise click.UsageError(f"--password-env {password_env}: that environment variable is not set")
+    with _reporting(url):
+        if print_only:
+            statements = [roles.create_statement(role)] if create else []
+            statements += roles.grant_statements(role)
+        else:
+            statements = roles.grant_app_role(get_engine(url), role, create=create, password=password)
+    for statement in statements:
+        click.echo(f"{statement};")
+    if print_only and password_env is not None:
+        click.echo(f"-- then set its password without it reaching the server's log: \\password {role}")
+    if not print_only:
+        click.echo(f"{mask_url(url)}: role {role} may use memstore's tables under row-level security")
+
+
 def _resolve(url: str | None) -> str:
-    """``--url``, else the configured provider's database; a provider without one is an error."""
+    """``--url``, else the configured operator's database (``operator_database_url``, else
+    ``database_url``): migrations and grants need the tables' owner. A provider without one is
+    an error."""
     if url:
         return url
     config = get_memory_config()
@@ -172,7 +226,7 @@ def _resolve(url: str | None) -> str:
             f"the configured storage_class {config.storage_class} keeps no database "
             "(pass --url to work on one)"
         )
-    return database_url_from_config(config)
+    return operator_url_from_config(config)
 
 
 @contextmanager

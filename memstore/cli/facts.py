@@ -9,8 +9,8 @@ from typing import Any, cast
 import click
 
 from memstore.cli.output import echo_json, echo_table, user_id_option
-from memstore.cli.params import FRACTION, OFFSET, PAGE_SIZE, agent_name_option, not_blank
-from memstore.document import FACT_CATEGORIES, as_utc
+from memstore.cli.params import FRACTION, OFFSET, PAGE_SIZE, TENANT_OPTION, agent_name_option, not_blank
+from memstore.document import FACT_CATEGORIES, VISIBILITIES, as_utc
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
 from memstore.storage.records import FACT_ORDERS, SEARCH_MODES, AgentFilter, FactOrder, SearchMode, iso
 
@@ -21,11 +21,15 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """The filter flags shared by ``list`` and ``search``."""
     options = [
         click.option("--user", "user_id", callback=user_id_option, help="Only this user's facts."),
+        TENANT_OPTION,
         click.option("--agent", "agent_name", callback=agent_name_option, help="Only this agent's memory."),
         click.option("--no-agent", is_flag=True, help="Only the users' own memory (no agent)."),
         click.option("--category", help="Only this category (preference, knowledge, context, ...)."),
         click.option("--min-confidence", type=FRACTION, help="Only facts at or above this confidence."),
         click.option("--text", help="Only facts containing this text (case-insensitive)."),
+        click.option(
+            "--visibility", type=click.Choice(VISIBILITIES), help="Only private, shared or public facts."
+        ),
         click.option(
             "--since", type=click.DateTime(_DATE_FORMATS), help="Created at or after (UTC unless given)."
         ),
@@ -62,11 +66,17 @@ def facts() -> None:
     help="Show each fact's retention score, accesses and last confirmation (implied by --sort).",
 )
 def list_command(
-    limit: int, offset: int, as_json: bool, sort: str, show_retention: bool, **filters: Any
+    limit: int,
+    offset: int,
+    as_json: bool,
+    sort: str,
+    show_retention: bool,
+    tenant_id: str | None,
+    **filters: Any,
 ) -> None:
     """List facts, newest first unless --sort says otherwise."""
     order = cast(FactOrder, sort.replace("-", "_"))
-    page = list_facts(_filter(**filters), limit=limit, offset=offset, order=order)
+    page = list_facts(_filter(**filters), limit=limit, offset=offset, order=order, tenant_id=tenant_id)
     _print(page, as_json=as_json, retention=show_retention or order != "newest")
 
 
@@ -81,12 +91,21 @@ def list_command(
     "(semantic and hybrid need embedding_provider).",
 )
 @filter_options
-def search_command(query: str, mode: str, limit: int, offset: int, as_json: bool, **filters: Any) -> None:
+def search_command(
+    query: str, mode: str, limit: int, offset: int, as_json: bool, tenant_id: str | None, **filters: Any
+) -> None:
     """Search facts for QUERY, most relevant first.
 
     QUERY is plain text: quotes, hyphens and words like OR or NOT are matched, never parsed.
     """
-    page = search_facts(query, _filter(**filters), mode=cast(SearchMode, mode), limit=limit, offset=offset)
+    page = search_facts(
+        query,
+        _filter(**filters),
+        mode=cast(SearchMode, mode),
+        limit=limit,
+        offset=offset,
+        tenant_id=tenant_id,
+    )
     _print(page, as_json=as_json)
 
 
@@ -99,6 +118,7 @@ def _filter(
     text: str | None,
     since: datetime | None,
     until: datetime | None,
+    visibility: str | None,
 ) -> FactFilter:
     if no_agent and agent_name:
         raise click.UsageError("--agent and --no-agent exclude each other")
@@ -120,6 +140,7 @@ def _filter(
         text=text,
         created_after=since,
         created_before=until,
+        visibility=visibility,
     )
 
 

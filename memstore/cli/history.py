@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from memstore.cli.output import echo_json, echo_table, user_id_option
-from memstore.cli.params import PAGE_SIZE, agent_name_option, not_blank
+from memstore.cli.params import PAGE_SIZE, TENANT_OPTION, agent_name_option, not_blank
 from memstore.queries import ANY_AGENT, FactFilter, memory_history
 from memstore.storage.records import HistoryEntry, iso
 
@@ -23,11 +23,19 @@ from memstore.storage.records import HistoryEntry, iso
 )
 @click.option("--fact", "fact_id", callback=not_blank, help="Only the changes of this fact id.")
 @click.option("--limit", type=PAGE_SIZE, default=100, show_default=True, help="Show the newest N changes.")
+@TENANT_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the entries, with before/after values, as JSON.")
-def history(user_id: str, agent_name: str | None, fact_id: str | None, limit: int, as_json: bool) -> None:
+def history(
+    user_id: str,
+    agent_name: str | None,
+    fact_id: str | None,
+    limit: int,
+    tenant_id: str | None,
+    as_json: bool,
+) -> None:
     """Every change to the user's facts and summaries: when, which revision, by whom, before and after."""
     where = FactFilter(user_id=user_id, agent_name=agent_name if agent_name else ANY_AGENT)
-    entries = memory_history(where, fact_id=fact_id, limit=limit)
+    entries = memory_history(where, fact_id=fact_id, limit=limit, tenant_id=tenant_id)
     if as_json:
         echo_json([entry.to_json() for entry in entries])
         return

@@ -6,7 +6,7 @@ import click
 
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_json, echo_table, user_id_option
-from memstore.cli.params import FiniteFloatRange
+from memstore.cli.params import FiniteFloatRange, tenant_id_option
 from memstore.ops.lifecycle import LifecycleReport, run_lifecycle
 
 
@@ -22,6 +22,7 @@ def lifecycle() -> None:
     help="Report what each rule would do with the current settings; change nothing.",
 )
 @click.option("--user", "user_id", callback=user_id_option, help="Only this user's facts.")
+@click.option("--tenant", "tenant_id", callback=tenant_id_option, help="Only this tenant's facts.")
 @click.option(
     "--below",
     type=FiniteFloatRange(0, 1, min_open=True, max_open=True),
@@ -33,14 +34,22 @@ def lifecycle() -> None:
     help="List the N expiring facts with the lowest decay (default: the summary only; --json lists all).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def run(dry_run: bool, user_id: str | None, below: float | None, limit: int | None, as_json: bool) -> None:
+def run(
+    dry_run: bool,
+    user_id: str | None,
+    tenant_id: str | None,
+    below: float | None,
+    limit: int | None,
+    as_json: bool,
+) -> None:
     """Remove every fact whose decay score is under the threshold, audited with origin lifecycle.
 
     Decay is confidence x max(freshness since the last confirmation, access heat); categories in
     staleness_protected_categories never expire. Prints a summary per rule (--limit N lists
     facts). Nothing to expire is a result (exit 0); a --user with nothing stored exits 4.
     """
-    report = run_lifecycle(dry_run=dry_run, user_id=user_id, threshold=below)
+    # Without --tenant the run is the operator's, over every tenant the store serves.
+    report = run_lifecycle(dry_run=dry_run, user_id=user_id, threshold=below, tenant_id=tenant_id)
     if user_id is not None and not report.scopes_scanned:
         click.echo(f"nothing is stored for {user_id}", err=True)
         raise SystemExit(EXIT_NOTHING_MATCHED)

@@ -9,6 +9,7 @@ import click
 from memstore.cli.confirm import confirm_deletion, echo_listing, yes_option
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_counts, echo_json, user_id_option
+from memstore.cli.params import TENANT_OPTION
 from memstore.queries import erase_user, list_scopes, vacuum_counts
 from memstore.queries import vacuum as vacuum_store
 
@@ -20,9 +21,10 @@ MAX_DAYS = 36_500
 @click.option(
     "--user", "user_id", callback=user_id_option, required=True, help="The user whose memory is erased."
 )
+@TENANT_OPTION
 @yes_option
 @click.option("--json", "as_json", is_flag=True, help="Print the deleted row counts as JSON.")
-def erase(user_id: str, yes: bool, as_json: bool) -> None:
+def erase(user_id: str, tenant_id: str | None, yes: bool, as_json: bool) -> None:
     """Delete every row of a user: all scopes, facts, summaries and audit history.
 
     Updates for the user still queued in running gateways are refused when they arrive (SQL
@@ -30,8 +32,8 @@ def erase(user_id: str, yes: bool, as_json: bool) -> None:
     user (usually a mistyped id); the erasure is recorded all the same, for updates still queued.
     """
     confirm_deletion("erase", f"Erase all memory of user {user_id!r}? This cannot be undone", yes=yes)
-    stored = bool(list_scopes(user_id))
-    counts = erase_user(user_id)
+    stored = bool(list_scopes(user_id, tenant_id=tenant_id))
+    counts = erase_user(user_id, tenant_id=tenant_id)
     if not stored:
         # A typo in a person's erasure request must not pass as done. The erasure is still
         # recorded: the user's first conversations may be queued and must not land after it.

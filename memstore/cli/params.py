@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from memstore.errors import InvalidScopeError
-from memstore.scope import normalize_agent_name, validate_user_id
+from memstore.scope import normalize_agent_name, validate_roles, validate_tenant_id, validate_user_id
 from memstore.storage.records import MAX_PAGE_SIZE
 
 MAX_OFFSET = 2**63 - 1
@@ -58,3 +58,29 @@ def agent_name_option(_ctx: click.Context, param: click.Parameter, value: str | 
     except InvalidScopeError as exc:
         raise click.BadParameter(str(exc), param=param) from exc
     return value
+
+
+def tenant_id_option(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--tenant`` that is a valid tenant id, as typed (none: the default tenant)."""
+    try:
+        return None if value is None else validate_tenant_id(value)
+    except InvalidScopeError as exc:
+        raise click.BadParameter(str(exc), param=param) from exc
+
+
+def roles_option(_ctx: click.Context, param: click.Parameter, value: str | None) -> frozenset[str] | None:
+    """``--roles editor,admin``: comma-separated role names."""
+    if value is None:
+        return None
+    try:
+        return validate_roles([name.strip() for name in value.split(",") if name.strip()])
+    except InvalidScopeError as exc:
+        raise click.BadParameter(str(exc), param=param) from exc
+
+
+TENANT_OPTION = click.option(
+    "--tenant",
+    "tenant_id",
+    callback=tenant_id_option,
+    help="The tenant whose memory this is (default: the default tenant).",
+)

@@ -7,7 +7,8 @@ Stand-alone there is no gateway in front, so the app itself refuses what a gatew
   reading and against the bytes actually received for chunked bodies.
 - with a trusted identity header, a request without it (401) or with more than one copy of it
   (400): a proxy that appends its header instead of replacing the client's would otherwise let
-  the client's copy through.
+  the client's copy through. The same for a tenant header, and an invalid tenant is a 400; a
+  roles header may be absent (no roles) but not repeated.
 
 ``/docs``, ``/redoc``, ``/openapi.json``, ``/healthz``, ``/readyz`` and ``/metrics`` need no
 identity: they hold no memory. The documentation pages load Swagger UI and ReDoc from the
@@ -26,7 +27,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.health import create_health_router
-from memstore.integrations.identity import IdentityHeaderError, user_from_header
+from memstore.integrations.identity import (
+    IdentityHeaderError,
+    roles_from_header,
+    tenant_from_header,
+    user_from_header,
+)
 from memstore.integrations.metrics import create_metrics_router
 
 
@@ -43,6 +49,32 @@ def header_user(name: str) -> Callable[..., str]:
     return user_from_request
 
 
+def header_tenant(name: str) -> Callable[..., str]:
+    """The caller's tenant is the one value of header ``name`` (missing: 401, invalid: 400)."""
+
+    def tenant_from_request(request: Request, _documented: str = Header(default="", alias=name)) -> str:
+        try:
+            return tenant_from_header(name, request.headers.getlist(name))
+        except IdentityHeaderError as exc:
+            raise HTTPException(exc.status_code, exc.detail) from exc
+
+    return tenant_from_request
+
+
+def header_roles(name: str) -> Callable[..., frozenset[str]]:
+    """The caller's roles are header ``name``'s comma-separated names (absent: none)."""
+
+    def roles_from_request(
+        request: Request, _documented: str = Header(default="", alias=name)
+    ) -> frozenset[str]:
+        try:
+            return roles_from_header(name, request.headers.getlist(name))
+        except IdentityHeaderError as exc:
+            raise HTTPException(exc.status_code, exc.detail) from exc
+
+    return roles_from_request
+
+
 def fixed_user(user_id: str) -> Callable[[], str]:
     def fixed() -> str:
         return user_id
@@ -50,10 +82,19 @@ def fixed_user(user_id: str) -> Callable[[], str]:
     return fixed
 
 
-def create_app(identity: Callable[..., str], *, allowed_hosts: Sequence[str], max_body_bytes: int) -> FastAPI:
+def create_app(
+    identity: Callable[..., str],
+    *,
+    allowed_hosts: Sequence[str],
+    max_body_bytes: int,
+    tenant: Callable[..., str | None] | None = None,
+    roles: Callable[..., frozenset[str]] | None = None,
+) -> FastAPI:
+    """``identity`` names the user; ``tenant`` and ``roles`` (dependencies, default: the default
+    tenant and no roles) the rest of the caller's identity."""
     # /docs and /redoc from assets in the wheel (fastapi-offline), not a CDN: air-gapped installs.
     app = FastAPIOffline(title="memstore", summary="Long-term memory API")
-    app.include_router(create_memory_router(identity))
+    app.include_router(create_memory_router(identity, current_tenant_id=tenant, current_roles=roles))
     app.include_router(create_health_router())
     app.include_router(create_metrics_router())
     # Added last, so it runs first: a refused Host never reaches the body limit or the router.

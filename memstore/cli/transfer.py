@@ -10,7 +10,7 @@ import click
 
 from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
 from memstore.cli.output import progress, user_id_option
-from memstore.cli.params import agent_name_option, strict_user_id
+from memstore.cli.params import TENANT_OPTION, agent_name_option, strict_user_id
 from memstore.ops.transfer import ImportReport, export_scopes, import_entries
 from memstore.ops.view import one_line
 from memstore.queries import list_scopes
@@ -30,10 +30,16 @@ from memstore.storage.loader import get_memory_storage
 @click.option(
     "--agent", "agent_name", callback=agent_name_option, help="Agent scope for a single-file import."
 )
+@TENANT_OPTION
 @click.option("--dry-run", is_flag=True, help="Report what would change without writing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def import_command(
-    path: Path, user_id: str | None, agent_name: str | None, dry_run: bool, as_json: bool
+    path: Path,
+    user_id: str | None,
+    agent_name: str | None,
+    tenant_id: str | None,
+    dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Import PATH: a memory tree (users/<u>/[agents/<a>/]memory.json, legacy files) or one JSON file.
 
@@ -51,7 +57,7 @@ def import_command(
             raise click.UsageError("--user/--agent apply to a single file, not to a tree")
         entries, misplaced = discover_tree(path)
         skipped = other_json_files(path)
-    storage = get_memory_storage()
+    storage = get_memory_storage().for_identity(tenant_id)
     with progress("Importing", len(entries)) as advance:
         report = import_entries(storage, entries, dry_run=dry_run, on_item=lambda _entry: advance(1))
     report.invalid.extend(misplaced)
@@ -69,13 +75,14 @@ def import_command(
     callback=user_id_option,
     help="Export only this user's scopes (default: every scope).",
 )
+@TENANT_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print the written files as JSON.")
-def export_command(destination: Path, user_id: str | None, as_json: bool) -> None:
+def export_command(destination: Path, user_id: str | None, tenant_id: str | None, as_json: bool) -> None:
     """Write stored memory to DESTINATION in the tree layout ``memstore import`` reads.
 
     Existing files for the exported scopes are overwritten; importing the tree again changes nothing.
     """
-    storage = get_memory_storage()
+    storage = get_memory_storage().for_identity(tenant_id)
     scopes = list_scopes(user_id, storage=storage)
     written: list[Path] = []
     with progress("Exporting", len(scopes)) as advance:

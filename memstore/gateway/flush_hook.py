@@ -12,8 +12,9 @@ from typing import Any
 
 from memstore.capture.conversation import capture_conversation
 from memstore.config import get_memory_config
-from memstore.gateway.user_context import get_effective_user_id
+from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
 from memstore.queue import get_memory_queue, queue_failure
+from memstore.scope import validate_tenant_id
 
 logger = logging.getLogger(__name__)
 
@@ -24,17 +25,25 @@ def memory_flush_hook(
     thread_id: str | None,
     user_id: str | None = None,
     agent_name: str | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
 ) -> None:
     """Queue ``messages`` (those being summarized) for memory and process the queue now.
 
-    The user defaults to the request's user, read here because the worker cannot see it.
-    Never raises: a memory failure must not break summarization.
+    The user and tenant default to the request's, read here because the worker cannot see them.
+    ``roles`` are checked but not queued: the update writes private facts only. Never raises: a
+    memory failure must not break summarization.
     """
     if not get_memory_config().enabled or not thread_id:
         return
     try:
+        effective_roles(roles)
         context = capture_conversation(
-            messages, thread_id=thread_id, user_id=user_id or get_effective_user_id(), agent_name=agent_name
+            messages,
+            thread_id=thread_id,
+            user_id=user_id or get_effective_user_id(),
+            agent_name=agent_name,
+            tenant_id=validate_tenant_id(effective_tenant(tenant_id)),
         )
         if context is not None:
             get_memory_queue().submit(context, immediately=True)

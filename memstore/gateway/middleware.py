@@ -23,10 +23,11 @@ from memstore.capture.conversation import capture_conversation
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
 from memstore.gateway.ranking import relevance_scores
-from memstore.gateway.user_context import get_effective_user_id
+from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
 from memstore.inject.render import render_memory, wrap_memory_block
 from memstore.queue import get_memory_queue, queue_failure
-from memstore.scope import resolve_scope
+from memstore.scope import Identity, resolve_scope, validate_tenant_id
+from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 
 logger = logging.getLogger(__name__)
@@ -52,20 +53,31 @@ class MemoryMiddleware:
     def _current_config(self) -> MemoryConfig:
         return self._config or get_memory_config()
 
-    def after_agent(self, messages: Iterable[Any], *, thread_id: str, user_id: str | None = None) -> None:
+    def after_agent(
+        self,
+        messages: Iterable[Any],
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+        tenant_id: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> None:
         """Queue the thread's conversation for a memory update without waiting for it.
 
-        The user is resolved here, on the request, because the queue's worker thread does not
-        see the request's ContextVar.
+        The user and tenant are resolved here, on the request, because the queue's worker thread
+        does not see the request's ContextVar. ``roles`` are checked but not queued: the update
+        writes private facts of the user's own scope, which no role changes.
         """
         if not self._current_config().enabled or not thread_id:
             return
         try:
+            effective_roles(roles)
             context = capture_conversation(
                 messages,
                 thread_id=thread_id,
                 user_id=user_id or get_effective_user_id(),
                 agent_name=self._agent_name,
+                tenant_id=validate_tenant_id(effective_tenant(tenant_id)),
             )
             if context is not None:
                 get_memory_queue().submit(context)
@@ -75,7 +87,14 @@ class MemoryMiddleware:
                 "could not queue a memory update (agent %s): %s", self._agent_name, queue_failure(exc)
             )
 
-    def memory_context(self, *, user_id: str | None = None, query: str | None = None) -> str:
+    def memory_context(
+        self,
+        *,
+        user_id: str | None = None,
+        query: str | None = None,
+        tenant_id: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> str:
         """The ``<memory>`` block to put in the prompt, or ``""`` when there is nothing to inject.
 
         With a ``query`` (the latest user message) and embeddings configured, facts are ranked by
@@ -88,7 +107,7 @@ class MemoryMiddleware:
         if not config.enabled or not config.injection_enabled:
             return ""
         try:
-            return self.read_memory_context(user_id=user_id, query=query)
+            return self.read_memory_context(user_id=user_id, query=query, tenant_id=tenant_id, roles=roles)
         except SETUP_ERRORS:
             raise
         except StorageUnavailableError as exc:
@@ -97,30 +116,46 @@ class MemoryMiddleware:
             logger.exception("could not build the memory context; continuing without memory")
         return ""
 
-    def read_memory_context(self, *, user_id: str | None = None, query: str | None = None) -> str:
+    def read_memory_context(
+        self,
+        *,
+        user_id: str | None = None,
+        query: str | None = None,
+        tenant_id: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> str:
         """``memory_context`` for a caller that asked for it explicitly (a tool), so failures raise,
         and ``enabled``/``injection_enabled``, which govern automatic injection, do not apply.
 
+        The block holds the user's own facts and, on a provider with tenants, the facts of other
+        owners the identity may read (shared with it, public in its tenant), ranked together.
         A read slower than ``memory_context_timeout_seconds`` is a ``StorageUnavailableError``.
         """
         config = self._current_config()
         timeout = config.memory_context_timeout_seconds
-        # The user is resolved here: the pool thread does not see the request's ContextVar.
-        future = _CONTEXT_EXECUTOR.submit(self._render, config, user_id or get_effective_user_id(), query)
+        # The identity is resolved here: the pool thread does not see the request's ContextVar.
+        identity = Identity.of(
+            user_id or get_effective_user_id(),
+            tenant_id=effective_tenant(tenant_id),
+            roles=effective_roles(roles),
+        )
+        future = _CONTEXT_EXECUTOR.submit(self._render, config, identity, query)
         try:
             return future.result(timeout=timeout)
         except FutureTimeoutError as exc:
             future.cancel()
             raise StorageUnavailableError(f"memory context took longer than {timeout:.1f} s") from exc
 
-    def _render(self, config: MemoryConfig, user_id: str | None, query: str | None) -> str:
-        """Load, rank, render, and count an access of exactly the facts the block shows."""
-        storage = get_memory_storage()
+    def _render(self, config: MemoryConfig, identity: Identity, query: str | None) -> str:
+        """Load, rank, render, and count an access of exactly the own facts the block shows."""
+        storage = get_memory_storage().for_identity(identity.tenant_id, identity.roles)
+        user_id = identity.user_id
         memory = storage.load(self._agent_name, user_id=user_id)
+        others = _visible_facts(storage, self._agent_name, user_id)
         scores = None
-        if query and query.strip() and memory.get("facts"):
+        if query and query.strip() and (memory.get("facts") or others):
             scores = relevance_scores(
-                memory, query, config, storage, resolve_scope(self._agent_name, user_id)
+                memory, query, config, storage, resolve_scope(self._agent_name, user_id), others
             )
         text, fact_ids = render_memory(
             memory,
@@ -129,7 +164,19 @@ class MemoryMiddleware:
             guaranteed_token_budget=config.guaranteed_token_budget,
             use_tiktoken=config.token_counting == "tiktoken",
             scores=scores,
+            others=others,
         )
         if fact_ids:
             storage.record_access(self._agent_name, user_id=user_id, fact_ids=fact_ids)
         return wrap_memory_block(text)
+
+
+def _visible_facts(
+    storage: MemoryStorage, agent_name: str | None, user_id: str | None
+) -> list[dict[str, Any]]:
+    """Other owners' facts the handle's identity may read; none on a provider without sharing."""
+    visible = getattr(storage, "visible_facts", None)
+    if visible is None or user_id is None:
+        return []
+    facts: list[dict[str, Any]] = visible(agent_name, user_id=user_id)
+    return facts

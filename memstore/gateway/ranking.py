@@ -11,8 +11,10 @@ endpoint holds one of those threads, never the caller or the memory-context pool
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any
 
 import numpy as np
 
@@ -33,16 +35,27 @@ _QUERY_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore
 
 
 def relevance_scores(
-    memory: MemoryDocument, query: str, config: MemoryConfig, storage: MemoryStorage, scope: Scope
+    memory: MemoryDocument,
+    query: str,
+    config: MemoryConfig,
+    storage: MemoryStorage,
+    scope: Scope,
+    others: Sequence[dict[str, Any]] = (),
 ) -> list[float] | None:
-    """One fused score per entry of ``memory["facts"]``, or ``None`` for today's confidence order."""
+    """One fused score per entry of ``memory["facts"]`` then of ``others`` (other owners' facts the
+    identity may read), or ``None`` for today's confidence order.
+
+    Only the scope's own facts have their vectors read (fact ids are unique per scope, not across
+    owners, so the others enter without an id): the others rank by text, confidence and recency.
+    """
     raw = memory.get("facts")
-    if not isinstance(raw, list):
+    own = [fact if isinstance(fact, dict) else {} for fact in raw] if isinstance(raw, list) else []
+    if not own and not others:
         return None
-    facts = [fact if isinstance(fact, dict) else {} for fact in raw]
+    facts = [*own, *({k: v for k, v in fact.items() if k != "id"} for fact in others)]
     named = [
         (fact["id"], fact["content"])
-        for fact in facts
+        for fact in own
         if isinstance(fact.get("id"), str) and isinstance(fact.get("content"), str)
     ]
     try:

@@ -2,7 +2,9 @@
 
 Each tool returns a JSON object string and never raises, because an agent framework would
 otherwise abort the run on a bad argument; failures come back as ``{"error": ...}`` for the
-model to read. The scope defaults to the request's user (read at call time) and no agent.
+model to read. The scope defaults to the request's user (read at call time) and no agent; the
+tenant and roles default to the request's too (``set_current_user``). The keyword arguments
+(``user_id``, ``tenant_id``, ``roles``) are the server's to set, never the model's.
 Wrap these with your framework's tool decorator; the docstrings are written for the model.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from memstore.config import MemoryConfig, get_memory_config
@@ -26,9 +28,10 @@ from memstore.errors import (
     StorageWriteError,
 )
 from memstore.gateway.middleware import MemoryMiddleware
-from memstore.gateway.user_context import get_effective_user_id
+from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
 from memstore.inject.relevance import MAX_QUERY_CHARS
 from memstore.ops.facts import (
+    Visibility,
     create_memory_fact_with_created_fact,
     delete_memory_fact,
     search_memory_facts,
@@ -73,6 +76,8 @@ def memory_search(
     user_id: str | None = None,
     agent_name: str | None = None,
     mode: SearchMode | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
 ) -> str:
     """Search long-term memory for facts about the user, best match first.
 
@@ -95,6 +100,8 @@ def memory_search(
             agent_name=agent_name,
             user_id=owner,
             mode=mode,
+            tenant_id=effective_tenant(tenant_id),
+            roles=effective_roles(roles),
         )
     except Exception as exc:
         return _error(exc, owner)
@@ -105,9 +112,14 @@ def memory_add(
     content: str,
     category: str = DEFAULT_CATEGORY,
     confidence: float = MANUAL_CONFIDENCE,
+    visibility: Visibility = "private",
+    allowed_users: list[str] | None = None,
+    allowed_roles: list[str] | None = None,
     *,
     user_id: str | None = None,
     agent_name: str | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
 ) -> str:
     """Remember a stable fact about the user. Prefer memory_update over adding a near-duplicate.
 
@@ -115,6 +127,11 @@ def memory_add(
         content: The fact, as one short sentence (at most 2000 characters).
         category: One of preference, knowledge, context, behavior, goal, correction.
         confidence: How sure you are, from 0 to 1.
+        visibility: private (only this user; the default), shared (the users and roles named in
+            allowed_users and allowed_roles) or public (everyone in the organisation). Shared
+            and public need the editor or admin role.
+        allowed_users: With visibility shared: user ids that may read the fact.
+        allowed_roles: With visibility shared: roles whose members may read the fact.
     """
     owner = user_id or get_effective_user_id()
     try:
@@ -124,6 +141,11 @@ def memory_add(
             confidence,
             agent_name,
             user_id=owner,
+            tenant_id=effective_tenant(tenant_id),
+            roles=effective_roles(roles),
+            visibility=visibility,
+            allowed_users=allowed_users,
+            allowed_roles=allowed_roles,
         )
     except Exception as exc:
         return _error(exc, owner)
@@ -139,9 +161,14 @@ def memory_update(
     content: str | None = None,
     category: str | None = None,
     confidence: float | None = None,
+    visibility: Visibility | None = None,
+    allowed_users: list[str] | None = None,
+    allowed_roles: list[str] | None = None,
     *,
     user_id: str | None = None,
     agent_name: str | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
 ) -> str:
     """Correct a remembered fact; fields left empty keep their value.
 
@@ -150,6 +177,10 @@ def memory_update(
         content: New text of the fact (at most 2000 characters).
         category: New category.
         confidence: New confidence, from 0 to 1.
+        visibility: New visibility: private, shared or public (shared and public need the
+            editor or admin role).
+        allowed_users: With visibility shared: the user ids that may read the fact.
+        allowed_roles: With visibility shared: the roles whose members may read the fact.
     """
     owner = user_id or get_effective_user_id()
     try:
@@ -160,13 +191,25 @@ def memory_update(
             confidence,
             agent_name,
             user_id=owner,
+            tenant_id=effective_tenant(tenant_id),
+            roles=effective_roles(roles),
+            visibility=visibility,
+            allowed_users=allowed_users,
+            allowed_roles=allowed_roles,
         )
     except Exception as exc:
         return _error(exc, owner)
     return _result({"fact_id": fact_id, "status": "updated"})
 
 
-def memory_delete(fact_id: str, *, user_id: str | None = None, agent_name: str | None = None) -> str:
+def memory_delete(
+    fact_id: str,
+    *,
+    user_id: str | None = None,
+    agent_name: str | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> str:
     """Forget a fact that is clearly wrong or no longer true.
 
     Args:
@@ -174,13 +217,26 @@ def memory_delete(fact_id: str, *, user_id: str | None = None, agent_name: str |
     """
     owner = user_id or get_effective_user_id()
     try:
-        delete_memory_fact(fact_id, agent_name, user_id=owner)
+        delete_memory_fact(
+            fact_id,
+            agent_name,
+            user_id=owner,
+            tenant_id=effective_tenant(tenant_id),
+            roles=effective_roles(roles),
+        )
     except Exception as exc:
         return _error(exc, owner)
     return _result({"fact_id": fact_id, "status": "deleted"})
 
 
-def memory_context(query: str, *, user_id: str | None = None, agent_name: str | None = None) -> str:
+def memory_context(
+    query: str,
+    *,
+    user_id: str | None = None,
+    agent_name: str | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> str:
     """The memory block to add to your prompt, with the facts most relevant to ``query`` first.
 
     Args:
@@ -190,7 +246,9 @@ def memory_context(query: str, *, user_id: str | None = None, agent_name: str | 
     owner = user_id or get_effective_user_id()
     try:
         search_text("query", query, MAX_QUERY_CHARS)
-        block = MemoryMiddleware(agent_name).read_memory_context(user_id=owner, query=query)
+        block = MemoryMiddleware(agent_name).read_memory_context(
+            user_id=owner, query=query, tenant_id=tenant_id, roles=roles
+        )
     except Exception as exc:
         return _error(exc, owner)
     return _result({"context": block})

@@ -7,6 +7,10 @@ a budget of their own so a long tail of ordinary facts can never crowd them out.
 in rank order until one does not fit; a line bigger than the whole budget is skipped rather than
 ending the block (see ``_select_lines``).
 
+Facts of other owners that the identity may read (shared with it, or public in its tenant) are
+ranked with the user's own under the same budget, and their lines say so: ``- [shared] [...]`` or
+``- [public] [...]``; own lines carry no marker. The marker is fixed text, never taken from the fact.
+
 The memory block is presented to the model as user-managed data, so every user-influenced
 string goes through :func:`memstore.inject.escaping.inline_text`: HTML-escaped (``<``/``>``/``&``
 only) and kept on its own line (line breaks become spaces). A stored fact can neither close the
@@ -90,10 +94,17 @@ def _category(fact: Mapping[Any, Any]) -> str:
     return (str(raw).strip() if raw is not None else "") or DEFAULT_CATEGORY
 
 
-def _fact_line(fact: Mapping[Any, Any]) -> str:
-    """``- [category | 0.95] content``; a correction also names the mistake to avoid."""
+def _kind(fact: Mapping[Any, Any]) -> str:
+    """The marker of another owner's fact: ``public``, or ``shared`` for any other visibility."""
+    return "public" if fact.get("visibility") == "public" else "shared"
+
+
+def _fact_line(fact: Mapping[Any, Any], kind: str | None = None) -> str:
+    """``- [category | 0.95] content``; a correction also names the mistake to avoid, and another
+    owner's fact starts with its ``kind`` (``- [shared] [category | 0.95] content``)."""
     category = _category(fact)
-    line = f"- [{inline_text(category)} | {_confidence(fact):.2f}] {inline_text(fact['content'])}"
+    marker = f"[{kind}] " if kind else ""
+    line = f"- {marker}[{inline_text(category)} | {_confidence(fact):.2f}] {inline_text(fact['content'])}"
     source_error = fact.get("sourceError")
     if category == "correction" and isinstance(source_error, str) and source_error.strip():
         line += f" (avoid: {inline_text(source_error.strip())})"
@@ -101,7 +112,11 @@ def _fact_line(fact: Mapping[Any, Any]) -> str:
 
 
 def _select_lines(
-    facts: Iterable[Mapping[Any, Any]], budget: int, use_tiktoken: bool, taken: list[Mapping[Any, Any]]
+    facts: Iterable[Mapping[Any, Any]],
+    budget: int,
+    use_tiktoken: bool,
+    taken: list[Mapping[Any, Any]],
+    kinds: Mapping[int, str],
 ) -> tuple[list[str], int]:
     """Take fact lines in rank order until one does not fit, skipping lines that never could.
 
@@ -111,12 +126,13 @@ def _select_lines(
     instead: nothing before it keeps it out, and stopping there let one 1 MB fact at confidence
     1.0 empty the block while shorter facts would have fit. A line over
     ``_MAX_CHARS_PER_TOKEN`` characters per token of budget is skipped without being counted.
-    The facts whose lines were taken are appended to ``taken``.
+    The facts whose lines were taken are appended to ``taken``; ``kinds`` marks other owners'
+    facts (by ``id()``).
     """
     lines: list[str] = []
     used = 0
     for fact in facts:
-        line = _fact_line(fact)
+        line = _fact_line(fact, kinds.get(id(fact)))
         if len(line) > _MAX_CHARS_PER_TOKEN * (budget + 1):
             continue
         cost = count_tokens("\n" + line if lines else line, use_tiktoken=use_tiktoken)
@@ -217,11 +233,15 @@ def render_memory(
     guaranteed_token_budget: int = 500,
     use_tiktoken: bool = True,
     scores: Sequence[float] | None = None,
+    others: Sequence[Mapping[str, Any]] = (),
 ) -> tuple[str, list[str]]:
-    """The memory text to inject and the ids of the facts it shows (for access tracking).
+    """The memory text to inject and the ids of the own facts it shows (for access tracking).
 
     The text is within ``max_tokens`` plus whatever guaranteed facts used. Facts go in order of
-    confidence, or of ``scores`` (one per entry of ``memory["facts"]``; query-aware injection).
+    confidence, or of ``scores`` (one per entry of ``memory["facts"]``, then one per entry of
+    ``others``; query-aware injection). ``others`` are other owners' facts the identity may read,
+    each with its ``visibility``: ranked with the own facts, marked in the text, never in the ids
+    (their ids belong to other scopes).
 
     Guaranteed facts are charged only to ``guaranteed_token_budget``; regular facts get what is
     left of ``max_tokens`` after the summaries, the header and the guaranteed lines. When the
@@ -232,12 +252,16 @@ def render_memory(
     """
     guaranteed = _categories(guaranteed_categories)
     if not isinstance(memory, Mapping) or not memory:
-        return "", []
+        if not others:
+            return "", []
+        memory = {}
     summaries = _summary_sections(memory)
-    promoted, regular = _ranked_facts(memory.get("facts"), guaranteed, scores)
+    own = raw if isinstance(raw := memory.get("facts"), list) else []
+    kinds = {id(fact): _kind(fact) for fact in others}
+    promoted, regular = _ranked_facts([*own, *others], guaranteed, scores)
 
     shown: list[Mapping[Any, Any]] = []
-    fact_lines, guaranteed_used = _select_lines(promoted, guaranteed_token_budget, use_tiktoken, shown)
+    fact_lines, guaranteed_used = _select_lines(promoted, guaranteed_token_budget, use_tiktoken, shown, kinds)
     if regular:
         fixed = count_tokens(_FACTS_HEADER, use_tiktoken=use_tiktoken) + guaranteed_used
         if summaries:
@@ -245,10 +269,12 @@ def render_memory(
         if fact_lines:
             fixed += count_tokens("\n", use_tiktoken=use_tiktoken)
         if max_tokens - fixed > 0:
-            fact_lines += _select_lines(regular, max_tokens - fixed, use_tiktoken, shown)[0]
+            fact_lines += _select_lines(regular, max_tokens - fixed, use_tiktoken, shown, kinds)[0]
 
     # The facts block is never cut (only summaries are), so every fact taken is in the text.
-    fact_ids = [fact_id for fact in shown if isinstance(fact_id := fact.get("id"), str)]
+    fact_ids = [
+        fact_id for fact in shown if id(fact) not in kinds and isinstance(fact_id := fact.get("id"), str)
+    ]
     facts_block = _FACTS_HEADER + "\n".join(fact_lines) if fact_lines else ""
     result = _SECTION_SEPARATOR.join([*summaries, facts_block] if facts_block else summaries)
     limit = max_tokens + guaranteed_used

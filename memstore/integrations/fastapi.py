@@ -2,43 +2,53 @@
 
 Every endpoint works on the calling user's own memory (agent ``None``). Who the caller is comes
 only from the ``current_user_id`` dependency the gateway passes in, typically its
-authentication; nothing a client sends can pick another user's scope. A fact id that is not in
-the caller's scope is a 404, whoever else owns it.
+authentication; nothing a client sends can pick another user's scope. The optional
+``current_tenant_id`` and ``current_roles`` dependencies say the caller's tenant (default: the
+default tenant; an invalid one is a 400) and roles (which decide whether it may create shared and
+public facts: 403 without ``editor`` or ``admin``). A fact id that is not in the caller's scope is
+a 404, whoever else owns it.
 
 Handlers are plain functions: FastAPI runs them in its thread pool, so blocking database I/O
 never stalls the event loop.
 
-Request models carry the core's size caps (``memstore.document``), so an oversized fact, summary
-or import is a 422 before it reaches storage. The router does not limit the raw body size: that
-is the mounting app's or its proxy's job (``memstore serve`` sets one).
+Request models (``fastapi_models.py``) carry the core's size caps (``memstore.document``), so an
+oversized fact, summary or import is a 422 before it reaches storage. The router does not limit
+the raw body size: that is the mounting app's or its proxy's job (``memstore serve`` sets one).
 """
 
 # No ``from __future__ import annotations``: FastAPI must evaluate the handlers' annotations,
 # which refer to the factory's local ``Owner``.
 
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 try:
-    from fastapi import APIRouter, Depends, Query, Request, Response
+    from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
     from fastapi.exceptions import RequestValidationError
     from fastapi.routing import APIRoute
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
     raise ImportError("memstore.integrations.fastapi needs FastAPI: pip install 'memstore[server]'") from exc
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from memstore.config import get_memory_config
-from memstore.document import (
-    DEFAULT_CATEGORY,
-    MANUAL_CONFIDENCE,
-    MAX_CATEGORY_CHARS,
-    MAX_DOCUMENT_FACTS,
-    MAX_FACT_CHARS,
-    MAX_SUMMARY_CHARS,
-    MemoryDocument,
-)
+from memstore.document import MAX_CATEGORY_CHARS, MAX_FACT_CHARS, MemoryDocument
+from memstore.errors import InvalidScopeError
 from memstore.integrations.fastapi_errors import mapped_errors
+from memstore.integrations.fastapi_models import (
+    ContextSection,
+    ErrorResponse,
+    Fact,
+    FactCreateRequest,
+    FactPatchRequest,
+    FactRetention,
+    HistoryContext,
+    MemoryConfigResponse,
+    MemoryImportRequest,
+    MemoryResponse,
+    MemoryStatusResponse,
+    UserContext,
+    ValidationErrorResponse,
+)
 from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact,
@@ -50,6 +60,8 @@ from memstore.ops.facts import (
     update_memory_fact,
 )
 from memstore.ops.lifecycle import with_retention
+from memstore.scope import DEFAULT_TENANT_ID, validate_roles, validate_tenant_id
+from memstore.storage.loader import get_memory_storage
 from memstore.storage.records import SearchMode
 
 __all__ = [
@@ -69,151 +81,17 @@ __all__ = [
 ]
 
 
-class ContextSection(BaseModel):
-    # Extra keys are kept so an export imports back without losing anything.
-    model_config = ConfigDict(extra="allow")
-
-    summary: str = ""
-    updatedAt: str = ""
-
-
-class UserContext(BaseModel):
-    workContext: ContextSection = Field(default_factory=ContextSection)
-    personalContext: ContextSection = Field(default_factory=ContextSection)
-    topOfMind: ContextSection = Field(default_factory=ContextSection)
-
-
-class HistoryContext(BaseModel):
-    recentMonths: ContextSection = Field(default_factory=ContextSection)
-    earlierContext: ContextSection = Field(default_factory=ContextSection)
-    longTermBackground: ContextSection = Field(default_factory=ContextSection)
-
-
-class FactRetention(BaseModel):
-    """Read-only (docs/operations.md#retention-eviction-decay-and-expiry); an import ignores it."""
-
-    lastConfirmedAt: str | None = Field(default=None, description="last re-stated by the extractor")
-    lastAccessedAt: str | None = Field(default=None, description="last injected or returned by a search")
-    accessCount: int = Field(default=0, description="times injected or returned by a search")
-    score: float = Field(description="eviction score now: max_facts keeps the highest")
-
-
-class Fact(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    id: str
-    content: str
-    category: str = DEFAULT_CATEGORY
-    confidence: float = 0.5
-    createdAt: str = ""
-    source: str = "unknown"
-    sourceError: str | None = None
-    retention: FactRetention | None = Field(
-        default=None, description="Read-only: the fact's retention signals and eviction score"
-    )
-
-
-class MemoryResponse(BaseModel):
-    """One user's memory document, as stored (responses carry no caps: older data may exceed them)."""
-
-    version: str = "1.0"
-    lastUpdated: str = ""
-    user: UserContext = Field(default_factory=UserContext)
-    history: HistoryContext = Field(default_factory=HistoryContext)
-    facts: list[Fact] = Field(default_factory=list)
-
-
-class ImportedSection(ContextSection):
-    summary: str = Field(default="", max_length=MAX_SUMMARY_CHARS)
-
-
-class ImportedUserContext(UserContext):
-    workContext: ImportedSection = Field(default_factory=ImportedSection)
-    personalContext: ImportedSection = Field(default_factory=ImportedSection)
-    topOfMind: ImportedSection = Field(default_factory=ImportedSection)
-
-
-class ImportedHistoryContext(HistoryContext):
-    recentMonths: ImportedSection = Field(default_factory=ImportedSection)
-    earlierContext: ImportedSection = Field(default_factory=ImportedSection)
-    longTermBackground: ImportedSection = Field(default_factory=ImportedSection)
-
-
-class ImportedFact(Fact):
-    content: str = Field(max_length=MAX_FACT_CHARS)
-    category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
-    sourceError: str | None = Field(default=None, max_length=MAX_FACT_CHARS)
-    # Read-only: accepted (an export imports again) and dropped.
-    retention: Any = Field(default=None, exclude=True)
-
-
-class MemoryImportRequest(BaseModel):
-    """The body of ``POST /import``, which replaces the caller's memory whole: a document as exported."""
-
-    version: str = "1.0"
-    lastUpdated: str = ""
-    user: ImportedUserContext = Field(default_factory=ImportedUserContext)
-    history: ImportedHistoryContext = Field(default_factory=ImportedHistoryContext)
-    facts: list[ImportedFact] = Field(default_factory=list, max_length=MAX_DOCUMENT_FACTS)
-
-
-class FactCreateRequest(BaseModel):
-    content: str = Field(min_length=1, max_length=MAX_FACT_CHARS)
-    category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
-    confidence: float = Field(default=MANUAL_CONFIDENCE, ge=0.0, le=1.0)
-
-
-class FactPatchRequest(BaseModel):
-    """Omitted fields keep their stored value."""
-
-    content: str | None = Field(default=None, min_length=1, max_length=MAX_FACT_CHARS)
-    category: str | None = Field(default=None, max_length=MAX_CATEGORY_CHARS)
-    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
-
-
-class MemoryConfigResponse(BaseModel):
-    """The settings a client may see; URLs, keys and model names stay server-side."""
-
-    enabled: bool
-    storage_path: str
-    debounce_seconds: int
-    max_facts: int
-    fact_confidence_threshold: float
-    injection_enabled: bool
-    max_injection_tokens: int
-    token_counting: str
-    guaranteed_categories: list[str]
-    guaranteed_token_budget: int
-
-
-class MemoryStatusResponse(BaseModel):
-    config: MemoryConfigResponse
-    data: MemoryResponse
-
-
-class ErrorResponse(BaseModel):
-    detail: str
-
-
-class ValidationErrorItem(BaseModel):
-    loc: list[str | int]
-    msg: str
-    type: str
-
-
-class ValidationErrorResponse(BaseModel):
-    """FastAPI's own 422 shape, used for memstore's validation errors too."""
-
-    detail: list[ValidationErrorItem]
-
-
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "The caller's tenant or roles are invalid"},
     422: {"model": ValidationErrorResponse, "description": "Invalid input or user id"},
     503: {
         "model": ErrorResponse,
         "description": "The memory database (or, for a search by meaning, the embeddings endpoint) "
         "is unreachable or refused the request",
     },
+}
+_FORBIDDEN: dict[int | str, dict[str, Any]] = {
+    403: {"model": ErrorResponse, "description": "Shared and public facts need the role editor or admin"},
 }
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "No fact with this id in the caller's memory"},
@@ -260,26 +138,76 @@ def _renderable(error: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _memory(document: MemoryDocument, owner: str) -> MemoryResponse:
+@dataclass(frozen=True)
+class Caller:
+    """Who a request acts for, as the router's dependencies said."""
+
+    user_id: str
+    tenant_id: str
+    roles: frozenset[str]
+
+    @property
+    def scope(self) -> dict[str, Any]:
+        """The keywords every fact helper takes for this caller."""
+        return {"user_id": self.user_id, "tenant_id": self.tenant_id, "roles": self.roles}
+
+
+def _no_tenant() -> str | None:
+    return None
+
+
+def _no_roles() -> Iterable[str] | None:
+    return None
+
+
+def _memory(document: MemoryDocument, caller: Caller) -> MemoryResponse:
     facts = document.get("facts")
     if isinstance(facts, list):
-        document = {**document, "facts": with_retention(facts, user_id=owner)}
+        document = {**document, "facts": _with_retention(facts, caller)}
     return MemoryResponse.model_validate(document)
+
+
+def _with_retention(facts: list[dict[str, Any]], caller: Caller) -> list[dict[str, Any]]:
+    storage = get_memory_storage().for_identity(caller.tenant_id, caller.roles)
+    return with_retention(facts, user_id=caller.user_id, storage=storage)
 
 
 def _config() -> MemoryConfigResponse:
     return MemoryConfigResponse.model_validate(get_memory_config().model_dump())
 
 
-def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "/api/memory") -> APIRouter:
+def create_memory_router(
+    current_user_id: Callable[..., Any],
+    *,
+    prefix: str = "/api/memory",
+    current_tenant_id: Callable[..., Any] | None = None,
+    current_roles: Callable[..., Any] | None = None,
+) -> APIRouter:
     """The memory endpoints under ``prefix``.
 
     ``current_user_id`` is a FastAPI dependency (it may itself depend on the request, a token,
     a session...) returning the caller's memstore user id; see ``memstore.make_safe_user_id``
-    for mapping external identities.
+    for mapping external identities. ``current_tenant_id`` (returning a tenant id, or ``None``
+    for the default tenant) and ``current_roles`` (returning role names) are dependencies too,
+    from the same trusted source; without them every caller is in the default tenant, with no roles.
     """
     router = APIRouter(prefix=prefix, tags=["memory"], route_class=_MemoryRoute)
-    Owner = Annotated[str, Depends(current_user_id)]
+
+    def caller_of(
+        owner: Annotated[str, Depends(current_user_id)],
+        tenant: Annotated[str | None, Depends(current_tenant_id or _no_tenant)],
+        roles: Annotated[Iterable[str] | None, Depends(current_roles or _no_roles)],
+    ) -> Caller:
+        try:
+            return Caller(
+                owner,
+                validate_tenant_id(DEFAULT_TENANT_ID if tenant is None else tenant),
+                validate_roles(roles),
+            )
+        except InvalidScopeError as exc:
+            raise HTTPException(400, str(exc)) from exc
+
+    Owner = Annotated[Caller, Depends(caller_of)]
     document_route: dict[str, Any] = {
         "response_model": MemoryResponse,
         "response_model_exclude_none": True,
@@ -288,28 +216,32 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
 
     @router.get("", summary="Get the caller's memory", **document_route)
     def get_memory(owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
-            return _memory(get_memory_data(user_id=owner), owner)
+        with mapped_errors(owner.user_id):
+            return _memory(get_memory_data(**owner.scope), owner)
 
     @router.post("/reload", summary="Re-read the caller's memory from the database", **document_route)
     def reload_memory(owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
-            return _memory(reload_memory_data(user_id=owner), owner)
+        with mapped_errors(owner.user_id):
+            return _memory(reload_memory_data(**owner.scope), owner)
 
     @router.delete("", summary="Erase the caller's memory", **document_route)
     def clear_memory(owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
-            return _memory(clear_memory_data(user_id=owner), owner)
+        with mapped_errors(owner.user_id):
+            return _memory(clear_memory_data(**owner.scope), owner)
 
     @router.get("/export", summary="Export the caller's memory document", **document_route)
     def export_memory(owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
-            return _memory(get_memory_data(user_id=owner), owner)
+        with mapped_errors(owner.user_id):
+            return _memory(get_memory_data(**owner.scope), owner)
 
-    @router.post("/import", summary="Replace the caller's memory with a document", **document_route)
+    @router.post(
+        "/import",
+        summary="Replace the caller's memory with a document",
+        **{**document_route, "responses": {**_ERRORS, **_FORBIDDEN}},
+    )
     def import_memory(document: MemoryImportRequest, owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
-            return _memory(import_memory_data(document.model_dump(exclude_none=True), user_id=owner), owner)
+        with mapped_errors(owner.user_id):
+            return _memory(import_memory_data(document.model_dump(exclude_none=True), **owner.scope), owner)
 
     @router.get(
         "/facts",
@@ -333,9 +265,9 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
             Query(description="fulltext (words), semantic (meaning) or hybrid (both, rank-fused)"),
         ] = "fulltext",
     ) -> list[Fact]:
-        with mapped_errors(owner):
-            found = search_memory_facts(q, category, limit, user_id=owner, mode=mode)
-            shown = with_retention(found, user_id=owner)
+        with mapped_errors(owner.user_id):
+            found = search_memory_facts(q, category, limit, mode=mode, **owner.scope)
+            shown = _with_retention(found, owner)
         return [Fact.model_validate(fact) for fact in shown]
 
     @router.post(
@@ -343,12 +275,20 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         summary="Add a fact to the caller's memory",
         response_model=MemoryResponse,
         response_model_exclude_none=True,
-        responses={**_ERRORS, **_CONFLICT},
+        responses={**_ERRORS, **_FORBIDDEN, **_CONFLICT},
     )
     def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
+        with mapped_errors(owner.user_id):
             return _memory(
-                create_memory_fact(request.content, request.category, request.confidence, user_id=owner),
+                create_memory_fact(
+                    request.content,
+                    request.category,
+                    request.confidence,
+                    visibility=request.visibility,
+                    allowed_users=request.allowed_users,
+                    allowed_roles=request.allowed_roles,
+                    **owner.scope,
+                ),
                 owner,
             )
 
@@ -357,17 +297,20 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         summary="Change a fact",
         response_model=MemoryResponse,
         response_model_exclude_none=True,
-        responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
+        responses={**_ERRORS, **_FORBIDDEN, **_NOT_FOUND, **_CONFLICT},
     )
     def update_fact(fact_id: str, request: FactPatchRequest, owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
+        with mapped_errors(owner.user_id):
             return _memory(
                 update_memory_fact(
                     fact_id,
                     content=request.content,
                     category=request.category,
                     confidence=request.confidence,
-                    user_id=owner,
+                    visibility=request.visibility,
+                    allowed_users=request.allowed_users,
+                    allowed_roles=request.allowed_roles,
+                    **owner.scope,
                 ),
                 owner,
             )
@@ -380,8 +323,8 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
     )
     def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
-        with mapped_errors(owner):
-            return _memory(delete_memory_fact(fact_id, user_id=owner), owner)
+        with mapped_errors(owner.user_id):
+            return _memory(delete_memory_fact(fact_id, **owner.scope), owner)
 
     @router.get(
         "/config",
@@ -400,7 +343,7 @@ def create_memory_router(current_user_id: Callable[..., Any], *, prefix: str = "
         responses=_ERRORS,
     )
     def memory_status(owner: Owner) -> MemoryStatusResponse:
-        with mapped_errors(owner):
-            return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(user_id=owner), owner))
+        with mapped_errors(owner.user_id):
+            return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(**owner.scope), owner))
 
     return router

@@ -15,6 +15,7 @@ from fastapi.exceptions import HTTPException, RequestValidationError
 from memstore.errors import (
     EMBEDDINGS_FAILED_MESSAGE,
     STORAGE_UNAVAILABLE_MESSAGE,
+    AccessDeniedError,
     DuplicateFactError,
     EmbeddingError,
     FactEditConflictError,
@@ -40,6 +41,8 @@ def mapped_errors(owner: str) -> Iterator[None]:
         yield
     except (DuplicateFactError, FactEditConflictError, RevisionConflictError) as exc:
         raise HTTPException(409, str(exc)) from exc
+    except AccessDeniedError as exc:
+        raise HTTPException(403, str(exc)) from exc
     except FactNotFoundError as exc:
         raise HTTPException(404, f"Memory fact '{exc.fact_id}' not found.") from exc
     except InvalidFactError as exc:

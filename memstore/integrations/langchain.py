@@ -9,7 +9,7 @@ queue's worker thread cannot see the run's context.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 try:
@@ -33,16 +33,42 @@ from memstore.config import MemoryConfig
 from memstore.gateway.middleware import MemoryMiddleware
 
 UserResolver = Callable[[Runtime[Any]], str | None]
-"""Maps a run's ``Runtime`` to a memstore user id; ``None`` falls back to ``set_current_user``."""
+"""Maps a run's ``Runtime`` to a memstore user id (or tenant id); ``None`` falls back to
+``set_current_user``."""
+RolesResolver = Callable[[Runtime[Any]], Iterable[str] | None]
+"""Maps a run's ``Runtime`` to the caller's roles; ``None`` falls back to ``set_current_user``."""
 
-__all__ = ["LangChainMemoryMiddleware", "UserResolver", "user_id_from_context"]
+__all__ = [
+    "LangChainMemoryMiddleware",
+    "RolesResolver",
+    "UserResolver",
+    "roles_from_context",
+    "tenant_id_from_context",
+    "user_id_from_context",
+]
+
+
+def _context_value(runtime: Runtime[Any], key: str) -> object:
+    context = runtime.context
+    return context.get(key) if isinstance(context, Mapping) else getattr(context, key, None)
 
 
 def user_id_from_context(runtime: Runtime[Any]) -> str | None:
     """``user_id`` of the run's context, whether a mapping (``context={...}``) or an object."""
-    context = runtime.context
-    value = context.get("user_id") if isinstance(context, Mapping) else getattr(context, "user_id", None)
+    value = _context_value(runtime, "user_id")
     return value if isinstance(value, str) and value else None
+
+
+def tenant_id_from_context(runtime: Runtime[Any]) -> str | None:
+    """``tenant_id`` of the run's context, as ``user_id_from_context`` reads ``user_id``."""
+    value = _context_value(runtime, "tenant_id")
+    return value if isinstance(value, str) and value else None
+
+
+def roles_from_context(runtime: Runtime[Any]) -> Iterable[str] | None:
+    """``roles`` of the run's context (a list of role names); anything else is no answer."""
+    value = _context_value(runtime, "roles")
+    return value if isinstance(value, list | tuple | frozenset | set) else None
 
 
 def _thread_id() -> str | None:
@@ -64,7 +90,9 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
     """Pass to ``create_agent(middleware=[...])``; invoke with ``configurable.thread_id`` set.
 
     The user comes from ``user_resolver(runtime)`` (default: ``runtime.context["user_id"]`` or
-    ``runtime.context.user_id``), else from ``memstore.set_current_user``, else ``"default"``.
+    ``runtime.context.user_id``), else from ``memstore.set_current_user``, else ``"default"``; the
+    tenant and roles likewise (``tenant_id`` and ``roles`` of the context), else the bound ones,
+    else the default tenant with no roles.
     """
 
     def __init__(
@@ -73,14 +101,22 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
         *,
         config: MemoryConfig | None = None,
         user_resolver: UserResolver = user_id_from_context,
+        tenant_resolver: UserResolver = tenant_id_from_context,
+        roles_resolver: RolesResolver = roles_from_context,
     ) -> None:
         super().__init__()
         self._memory = MemoryMiddleware(agent_name, config)
         self._resolve_user = user_resolver
+        self._resolve_tenant = tenant_resolver
+        self._resolve_roles = roles_resolver
 
     def _request_with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        runtime = request.runtime
         block = self._memory.memory_context(
-            user_id=self._resolve_user(request.runtime), query=latest_user_text(request.messages)
+            user_id=self._resolve_user(runtime),
+            query=latest_user_text(request.messages),
+            tenant_id=self._resolve_tenant(runtime),
+            roles=self._resolve_roles(runtime),
         )
         if not block:
             return request
@@ -105,7 +141,11 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
         thread_id = _thread_id()
         if thread_id:
             self._memory.after_agent(
-                state["messages"], thread_id=thread_id, user_id=self._resolve_user(runtime)
+                state["messages"],
+                thread_id=thread_id,
+                user_id=self._resolve_user(runtime),
+                tenant_id=self._resolve_tenant(runtime),
+                roles=self._resolve_roles(runtime),
             )
         return None
 

@@ -7,15 +7,16 @@ stdio and streamable HTTP transports need; FastMCP would add a second framework 
 
 Each tool is a thin wrapper over the tool-mode function of the same name (``gateway.tools``), so
 validation, caps, descriptions and error wording are tool mode's. The wrappers exist for the
-scope: the user comes from the server's ``Identity`` (a fixed ``--user``, or the header an
-authenticating proxy sets), never from a tool argument, so a model cannot name another user.
+scope: the user, tenant and roles come from the server's ``CallerOf`` (a fixed ``--user``,
+``--tenant``, ``--roles``, or the headers an authenticating proxy sets), never from a tool
+argument, so a model cannot name another user, tenant or role.
 A tool-mode ``{"error": ...}`` becomes an MCP tool error (``isError``) with the same text.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import version
 from inspect import getdoc
 from typing import Annotated, Any
@@ -31,18 +32,26 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memstore.document import DEFAULT_CATEGORY, MANUAL_CONFIDENCE
 from memstore.gateway import tools
-from memstore.integrations.identity import IdentityHeaderError, user_from_header
-from memstore.scope import normalize_agent_name, validate_user_id
+from memstore.integrations.identity import (
+    IdentityHeaderError,
+    roles_from_header,
+    tenant_from_header,
+    user_from_header,
+)
+from memstore.ops.facts import Visibility
+from memstore.ops.validation import MAX_GRANTS
+from memstore.scope import Identity, normalize_agent_name
 from memstore.storage.records import SearchMode
 
 MCP_PATH = "/mcp"
 # Tool arguments are short (a fact is at most 2,000 characters); the SDK's default is 4 MiB.
 MAX_MCP_BODY_BYTES = 256 * 1024
 
-Identity = Callable[[Context], str]
+CallerOf = Callable[[Context], Identity]
 # Checked before tool mode sees them, as the HTTP API checks its query: no "5", no true for 1.
 Limit = Annotated[int, Field(strict=True, ge=1, le=100)]
 Confidence = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
+Grantees = Annotated[list[str], Field(max_length=MAX_GRANTS)]
 
 INSTRUCTIONS = (
     "Long-term memory about the user. Call memory_context with the user's message to get what is "
@@ -51,29 +60,55 @@ INSTRUCTIONS = (
 )
 
 
-def fixed_identity(user_id: str) -> Identity:
-    """Every call acts as ``user_id`` (stdio, or HTTP reachable only by that user)."""
-    validate_user_id(user_id)
+def fixed_identity(
+    user_id: str, *, tenant_id: str | None = None, roles: Iterable[str] | None = None
+) -> CallerOf:
+    """Every call acts as ``user_id`` in ``tenant_id`` with ``roles`` (stdio, or HTTP reachable only
+    by that user)."""
+    identity = Identity.of(user_id, tenant_id=tenant_id, roles=roles)
 
-    def fixed(_ctx: Context) -> str:
-        return user_id
+    def fixed(_ctx: Context) -> Identity:
+        return identity
 
     return fixed
 
 
-def header_identity(name: str) -> Identity:
-    """Each call acts as the user named by header ``name`` of the HTTP request that carried it."""
+def header_identity(
+    name: str,
+    *,
+    tenant_header: str | None = None,
+    roles_header: str | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> CallerOf:
+    """Each call acts as the user named by header ``name`` of the HTTP request that carried it, in
+    the tenant of ``tenant_header`` (else ``tenant_id``) with the roles of ``roles_header`` (else
+    ``roles``)."""
+    fixed = Identity.of(None, tenant_id=tenant_id, roles=roles)
 
-    def from_header(ctx: Context) -> str:
+    def from_header(ctx: Context) -> Identity:
         headers = ctx.headers
         if not isinstance(headers, Headers):  # stdio: no HTTP request behind the call
             raise ToolError(f"no {name} header: this transport carries no HTTP headers")
         try:
-            return user_from_header(name, headers.getlist(name))
+            return Identity(
+                tenant_from_header(tenant_header, headers.getlist(tenant_header))
+                if tenant_header is not None
+                else fixed.tenant_id,
+                user_from_header(name, headers.getlist(name)),
+                roles_from_header(roles_header, headers.getlist(roles_header))
+                if roles_header is not None
+                else fixed.roles,
+            )
         except IdentityHeaderError as exc:
             raise ToolError(exc.detail) from exc
 
     return from_header
+
+
+def _scope(identity: Identity) -> dict[str, Any]:
+    """The tool-mode keywords for ``identity``."""
+    return {"user_id": identity.user_id, "tenant_id": identity.tenant_id, "roles": identity.roles}
 
 
 def _answer(result: str) -> dict[str, Any]:
@@ -83,8 +118,9 @@ def _answer(result: str) -> dict[str, Any]:
     return payload
 
 
-def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> MCPServer:
-    """The five memory tools over ``identity``'s user and the given agent's memory."""
+def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> MCPServer:
+    """The five memory tools over ``identity``'s user (in its tenant, with its roles) and the given
+    agent's memory."""
     agent_name = normalize_agent_name(agent_name)  # a bad name fails here, not on every call
     server: MCPServer = MCPServer(
         "memstore", version=version("memstore"), instructions=INSTRUCTIONS, log_level="WARNING"
@@ -97,20 +133,30 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
         limit: Limit = 10,
         mode: SearchMode | None = None,
     ) -> dict[str, Any]:
-        user_id = identity(ctx)
-        return _answer(
-            tools.memory_search(query, category, limit, user_id=user_id, agent_name=agent_name, mode=mode)
-        )
+        scope = _scope(identity(ctx))
+        return _answer(tools.memory_search(query, category, limit, agent_name=agent_name, mode=mode, **scope))
 
     def memory_add(
         content: str,
         ctx: Context,
         category: str = DEFAULT_CATEGORY,
         confidence: Confidence = MANUAL_CONFIDENCE,
+        visibility: Visibility = "private",
+        allowed_users: Grantees | None = None,
+        allowed_roles: Grantees | None = None,
     ) -> dict[str, Any]:
-        user_id = identity(ctx)
+        scope = _scope(identity(ctx))
         return _answer(
-            tools.memory_add(content, category, confidence, user_id=user_id, agent_name=agent_name)
+            tools.memory_add(
+                content,
+                category,
+                confidence,
+                visibility,
+                allowed_users,
+                allowed_roles,
+                agent_name=agent_name,
+                **scope,
+            )
         )
 
     def memory_update(
@@ -119,19 +165,30 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
         content: str | None = None,
         category: str | None = None,
         confidence: Confidence | None = None,
+        visibility: Visibility | None = None,
+        allowed_users: Grantees | None = None,
+        allowed_roles: Grantees | None = None,
     ) -> dict[str, Any]:
-        user_id = identity(ctx)
+        scope = _scope(identity(ctx))
         return _answer(
             tools.memory_update(
-                fact_id, content, category, confidence, user_id=user_id, agent_name=agent_name
+                fact_id,
+                content,
+                category,
+                confidence,
+                visibility,
+                allowed_users,
+                allowed_roles,
+                agent_name=agent_name,
+                **scope,
             )
         )
 
     def memory_delete(fact_id: str, ctx: Context) -> dict[str, Any]:
-        return _answer(tools.memory_delete(fact_id, user_id=identity(ctx), agent_name=agent_name))
+        return _answer(tools.memory_delete(fact_id, agent_name=agent_name, **_scope(identity(ctx))))
 
     def memory_context(query: str, ctx: Context) -> dict[str, Any]:
-        return _answer(tools.memory_context(query, user_id=identity(ctx), agent_name=agent_name))
+        return _answer(tools.memory_context(query, agent_name=agent_name, **_scope(identity(ctx))))
 
     for wrapper, shared in (
         (memory_search, tools.memory_search),
@@ -145,7 +202,11 @@ def create_mcp_server(identity: Identity, *, agent_name: str | None = None) -> M
 
 
 def create_mcp_http_app(
-    server: MCPServer, *, allowed_hosts: Sequence[str], user_header: str | None
+    server: MCPServer,
+    *,
+    allowed_hosts: Sequence[str],
+    user_header: str | None,
+    tenant_header: str | None = None,
 ) -> ASGIApp:
     """The streamable HTTP app at ``/mcp``, refusing in this order what ``memstore serve`` refuses:
 
@@ -163,6 +224,8 @@ def create_mcp_http_app(
     )
     if user_header is not None:
         app = RequireIdentityHeader(app, user_header)
+    if tenant_header is not None:
+        app = RequireIdentityHeader(app, tenant_header, tenant_from_header)
     return TrustedHostMiddleware(app, allowed_hosts=list(allowed_hosts), www_redirect=False)
 
 
@@ -183,16 +246,20 @@ def _transport_security(allowed_hosts: Sequence[str]) -> TransportSecuritySettin
 
 
 class RequireIdentityHeader:
-    """Refuse an HTTP request that lacks exactly one non-blank copy of the identity header."""
+    """Refuse an HTTP request that lacks exactly one valid, non-blank copy of an identity header
+    (the user's, or the tenant's with ``tenant_from_header``)."""
 
-    def __init__(self, app: ASGIApp, name: str) -> None:
+    def __init__(
+        self, app: ASGIApp, name: str, check: Callable[[str, Sequence[str]], object] = user_from_header
+    ) -> None:
         self.app = app
         self.name = name
+        self.check = check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             try:
-                user_from_header(self.name, Headers(scope=scope).getlist(self.name))
+                self.check(self.name, Headers(scope=scope).getlist(self.name))
             except IdentityHeaderError as exc:
                 await JSONResponse({"detail": exc.detail}, status_code=exc.status_code)(scope, receive, send)
                 return

@@ -30,7 +30,7 @@ from memstore.config import get_memory_config
 from memstore.errors import BackupError
 from memstore.storage.loader import load_storage_class
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url
+from memstore.storage.sql.engine import get_engine, mask_url, operator_url_from_config
 from memstore.storage.sql.maintenance.backup import (
     BACKUP_TABLES,
     BATCH_ROWS,
@@ -95,7 +95,8 @@ class RestoreReport:
 
 
 def database_url(url: str | None) -> str:
-    """``url``, else the configured provider's database; the file provider keeps none to back up."""
+    """``url``, else the configured provider's database as the operator reaches it (every tenant's
+    rows: ``operator_database_url`` when set); the file provider keeps none to back up."""
     if url:
         return url
     config = get_memory_config()
@@ -104,7 +105,7 @@ def database_url(url: str | None) -> str:
             f"the configured storage_class {config.storage_class} keeps no database: copy its "
             "data_dir instead (or pass --url to back up a database)"
         )
-    return database_url_from_config(config)
+    return operator_url_from_config(config)
 
 
 def backup_database(url: str, path: Path, *, on_start: Start | None = None) -> BackupReport:

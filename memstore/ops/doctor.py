@@ -1,7 +1,8 @@
 """``memstore doctor``: is this setup able to work? One finding per part, each with a verdict.
 
 The parts, in the order a failure would explain the next: the database URL, the database and its
-schema, the durable queue, the LLM endpoint, the embeddings endpoint and the token encoding.
+schema, the durable queue, (on PostgreSQL) row-level security on the application's and the
+operator's connections, the LLM endpoint, the embeddings endpoint and the token encoding.
 Nothing is written and no completion is bought: an endpoint is probed with ``GET /models``, and
 any HTTP answer but 401/403 counts as reachable (not every compatible server lists models).
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, get_memory_config, unknown_env_settings
@@ -21,9 +23,17 @@ from memstore.errors import ConfigError, MigrationError, StorageUnavailableError
 from memstore.inject.tokens import ENCODING_NAME
 from memstore.ops.health import first_line
 from memstore.queue.bounds import table_limits
-from memstore.storage.sql.engine import database_url_from_config, get_engine, mask_url, normalize_url
+from memstore.storage.sql.engine import (
+    database_url_from_config,
+    get_engine,
+    mask_url,
+    normalize_url,
+    operator_url_from_config,
+)
+from memstore.storage.sql.identity import policies_apply
 from memstore.storage.sql.queue.admin import queue_status
 from memstore.storage.sql.schema import migrate
+from memstore.storage.sql.schema.models import scopes_table
 from memstore.update.extractor import resolve_extractor
 from memstore.update.updater import MemoryUpdater
 
@@ -80,13 +90,14 @@ def _database(config: MemoryConfig) -> list[Finding]:
         else:
             findings.append(Finding("schema", "fail", f"{at}: run `memstore db upgrade`"))
         findings.append(Finding("queue", "skip", "the schema is not at head"))
-        return findings
+        return findings + _row_security(url, config, at_head=False)
     findings.append(Finding("schema", "ok", f"at head {head}"))
     if config.queue_backend in (None, "database"):
-        findings.append(_queue(url, config))
+        # Every tenant's rows: the operator's connection, when there is one.
+        findings.append(_queue(operator_url_from_config(config), config))
     else:
         findings.append(Finding("queue", "skip", "queue_backend is memory: each process queues its own"))
-    return findings
+    return findings + _row_security(url, config, at_head=True)
 
 
 def _skipped(database: Finding, reason: str) -> list[Finding]:
@@ -106,6 +117,74 @@ def _queue(url: str, config: MemoryConfig) -> Finding:
     if status.dead or (lag is not None and lag > config.ready_max_queue_lag_seconds):
         return Finding("queue", "warn", detail + " (memstore queue status)")
     return Finding("queue", "ok", detail)
+
+
+def _row_security(url: str, config: MemoryConfig, *, at_head: bool) -> list[Finding]:
+    """PostgreSQL only: does row-level security bind the application's role, and does the
+    operator's connection (the worker's claims, stats, erase, vacuum, backup) get past it?"""
+    if not url.startswith("postgres"):
+        return []
+    try:
+        app, app_bound = _role(get_engine(url))
+    except DBAPIError as exc:
+        return [Finding("rls", "fail", f"cannot read the application's role: {first_line(exc)}")]
+    operator_url = config.operator_database_url
+    if operator_url:
+        shown = mask_url(operator_url)
+        try:
+            operator, operator_bound = _role(get_engine(operator_url))
+        except (DBAPIError, ConfigError) as exc:
+            return [Finding("rls", "fail", f"cannot reach operator_database_url {shown}: {first_line(exc)}")]
+        if operator_bound:
+            return [
+                Finding(
+                    "rls",
+                    "fail",
+                    f"operator_database_url's role {operator} is bound by row-level security, so the "
+                    "worker's claims, stats, erase, vacuum and backup see no tenant's rows: "
+                    f"ALTER ROLE {operator} BYPASSRLS, or use a superuser",
+                )
+            ]
+    if app_bound:
+        if not operator_url:
+            return [
+                Finding(
+                    "rls",
+                    "fail",
+                    f"the application's role {app} is bound by row-level security and "
+                    "operator_database_url is not set: the queue worker cannot claim across tenants, "
+                    "and stats, erase, vacuum, lifecycle and backup see no rows; set "
+                    "MEMSTORE_OPERATOR_DATABASE_URL to a superuser or BYPASSRLS role",
+                )
+            ]
+        return [
+            Finding(
+                "rls",
+                "ok",
+                f"the application's role {app} is bound by row-level security; the operator's "
+                f"role {operator} bypasses it",
+            )
+        ]
+    detail = (
+        f"the application's role {app} bypasses row-level security (superuser or BYPASSRLS): only "
+        "memstore's own queries keep tenants apart; `memstore db grant-app-role` makes a role it binds"
+    )
+    tenants = _tenants(get_engine(url)) if at_head else 1
+    if tenants > 1:
+        return [Finding("rls", "warn", f"{tenants} tenants, and {detail}")]
+    return [Finding("rls", "ok", detail)]
+
+
+def _role(engine: Engine) -> tuple[str, bool]:
+    """The connection's role, and whether the policies bind it."""
+    with engine.connect() as conn:
+        role = str(conn.execute(text("SELECT current_user")).scalar_one())
+    return role, policies_apply(engine)
+
+
+def _tenants(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count(scopes_table.c.tenant_id.distinct()))).scalar_one())
 
 
 def _llm(config: MemoryConfig) -> Finding:

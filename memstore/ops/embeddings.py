@@ -16,7 +16,7 @@ import numpy as np
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.embedding import Embedder
 from memstore.errors import ConfigError
-from memstore.scope import Scope
+from memstore.scope import Identity, Scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.vectors import EmbeddingStatus, VectorStore, semantic_parts, vector_store_of
@@ -102,11 +102,12 @@ def embed_facts(
     done = 0
     while facts := store.unembedded_facts(embedder.model, limit=EMBED_BATCH, after=after, rebuild=rebuild):
         matrix = embedder.embed_documents([fact.content for fact in facts])
-        by_scope: dict[Scope, list[tuple[str, str, np.ndarray]]] = defaultdict(list)
+        by_scope: dict[tuple[str, Scope], list[tuple[str, str, np.ndarray]]] = defaultdict(list)
         for row, fact in enumerate(facts):
-            by_scope[(fact.user_id, fact.agent_name)].append((fact.fact_id, fact.content, matrix[row]))
-        for scope, items in by_scope.items():
-            store.store_vectors(scope, embedder.model, items)
+            key = (fact.tenant_id, (fact.user_id, fact.agent_name))
+            by_scope[key].append((fact.fact_id, fact.content, matrix[row]))
+        for (tenant_id, scope), items in by_scope.items():
+            store.for_identity(Identity(tenant_id)).store_vectors(scope, embedder.model, items)
         after = facts[-1].row_id
         done += len(facts)
         if progress is not None:

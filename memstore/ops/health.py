@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from sqlalchemy.exc import DBAPIError
 
 from memstore.config import get_memory_config
-from memstore.errors import MigrationError, StorageUnavailableError
-from memstore.ops.queue import queue_status
+from memstore.errors import ConfigError, MigrationError
+from memstore.queue.bounds import table_limits
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql.documents.provider import SqlMemoryStorage
+from memstore.storage.sql.maintenance.operator import operator_engine
+from memstore.storage.sql.queue import admin as queue_admin
 from memstore.storage.sql.schema import migrate
 
 logger = logging.getLogger(__name__)
@@ -69,10 +72,18 @@ def readiness(storage: MemoryStorage | None = None) -> Readiness:
 
 
 def _queue_lag(storage: SqlMemoryStorage) -> Check:
-    limit = get_memory_config().ready_max_queue_lag_seconds
+    """Every tenant's queue, read on the operator's connection: under PostgreSQL's row-level
+    security the application's role sees no row, and would report an empty queue."""
+    config = get_memory_config()
+    limit = config.ready_max_queue_lag_seconds
     try:
-        lag = queue_status(storage).oldest_pending_seconds
-    except (StorageUnavailableError, MigrationError) as exc:
+        with operator_engine(storage.engine, "reading the queue").connect() as conn:
+            lag = queue_admin.queue_status(
+                conn, datetime.now(UTC), table_limits(config)
+            ).oldest_pending_seconds
+    except ConfigError:
+        return Check("queue", True, "not measured: no operator_database_url to read every tenant's rows")
+    except (DBAPIError, MigrationError) as exc:
         logger.warning("readiness: cannot read the queue at %s: %s", storage.url, first_line(exc))
         return Check("queue", False, "unreadable")
     if lag is None:

@@ -23,9 +23,10 @@ from memstore.document import MemoryDocument, format_timestamp, without_ids
 from memstore.errors import ConfigError, StorageWriteError
 from memstore.ops.queries import operations_of
 from memstore.retention import RetentionPolicy, Score, candidate_of
-from memstore.scope import validate_user_id
+from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id, validate_user_id
 from memstore.storage.base import MemoryStorage
-from memstore.storage.loader import get_memory_storage
+from memstore.storage.loader import get_memory_storage, load_storage_class
+from memstore.storage.sql import SqlMemoryStorage
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ LIFECYCLE_ORIGIN = "lifecycle"
 
 @dataclass(frozen=True)
 class ExpiringFact:
+    tenant_id: str
     user_id: str | None
     agent_name: str | None
     fact_id: str
@@ -43,6 +45,7 @@ class ExpiringFact:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "tenant_id": self.tenant_id,
             "user_id": self.user_id,
             "agent_name": self.agent_name,
             "fact_id": self.fact_id,
@@ -147,9 +150,11 @@ def run_lifecycle(
     now: datetime | None = None,
     storage: MemoryStorage | None = None,
     threshold: float | None = None,
+    tenant_id: str | None = None,
 ) -> LifecycleReport:
-    """Score every live fact (of ``user_id``, or of every scope) and, unless ``dry_run``, remove
-    those under the threshold, scope by scope, right after scoring it.
+    """Score every live fact (of ``user_id``, or of every scope; of ``tenant_id``, or of every
+    tenant) and, unless ``dry_run``, remove those under the threshold, scope by scope, right after
+    scoring it.
 
     ``threshold`` defaults to the configured ``expire_below``. With neither, expiry is off: a dry
     run reports the other rules (nothing to expire is a result), a real run is refused. Each
@@ -162,14 +167,20 @@ def run_lifecycle(
         raise ConfigError("expire_below is not set: nothing expires (set it, or pass --below)")
     policy = RetentionPolicy.of(config.model_copy(update={"expire_below": below}))
     evaluated_at = now or datetime.now(UTC)
-    store = storage if storage is not None else get_memory_storage()
-    scopes = operations_of(store).list_scopes(validate_user_id(user_id))
+    store = storage if storage is not None else _operator_storage()
+    user = validate_user_id(user_id)
+    tenants = [validate_tenant_id(tenant_id)] if tenant_id is not None else _tenants(store)
+    scopes = [
+        (handle, scope)
+        for handle in (store.for_identity(tenant) for tenant in tenants)
+        for scope in operations_of(handle).list_scopes(user)
+    ]
     expiring: list[ExpiringFact] = []
     removed = live = protected = scopes_over = over_cap = 0
-    for scope_user, scope_agent in scopes:
-        document = store.reload(scope_agent, user_id=scope_user)
+    for handle, (scope_user, scope_agent) in scopes:
+        document = handle.reload(scope_agent, user_id=scope_user)
         facts = [fact for fact in document.get("facts") or () if isinstance(fact, dict)]
-        signals = store.fact_signals(scope_agent, user_id=scope_user)
+        signals = handle.fact_signals(scope_agent, user_id=scope_user)
         candidates = [candidate_of(fact, signals, index) for index, fact in enumerate(facts)]
         found = {
             index: decay
@@ -184,6 +195,7 @@ def run_lifecycle(
             over_cap += excess
         scope_expiring = [
             ExpiringFact(
+                handle.identity.tenant_id,
                 scope_user,
                 scope_agent,
                 candidates[index].fact_id,
@@ -195,7 +207,7 @@ def run_lifecycle(
         ]
         expiring.extend(scope_expiring)
         if scope_expiring and not dry_run:
-            removed += _remove(store, document, scope_user, scope_agent, scope_expiring)
+            removed += _remove(handle, document, scope_user, scope_agent, scope_expiring)
     if not dry_run:
         logger.info("lifecycle run removed %d expired fact(s) below %s", removed, below)
     return LifecycleReport(
@@ -212,6 +224,23 @@ def run_lifecycle(
         scopes_over_cap=scopes_over,
         over_cap=over_cap,
     )
+
+
+def _tenants(store: MemoryStorage) -> list[str]:
+    """Every tenant of a provider that has tenants; the default one of any other."""
+    listed = getattr(store, "tenants", None)
+    return list(listed()) if callable(listed) else [DEFAULT_TENANT_ID]
+
+
+def _operator_storage() -> MemoryStorage:
+    """The configured store, on ``operator_database_url`` when set: a run crosses every scope,
+    which the application's role under PostgreSQL's row-level security does not see."""
+    config = get_memory_config()
+    if config.operator_database_url and issubclass(
+        load_storage_class(config.storage_class), SqlMemoryStorage
+    ):
+        return SqlMemoryStorage(config.operator_database_url)
+    return get_memory_storage()
 
 
 def _remove(

@@ -1,7 +1,10 @@
 """Questions across users and scopes, and the operator's maintenance calls, from Python.
 
 On the SQL provider each call is a few indexed statements (no document is loaded); on the
-file provider it scans the tree. ``storage`` defaults to the configured provider.
+file provider it scans the tree. ``storage`` defaults to the configured provider. ``tenant_id``
+(default: the default tenant) and ``roles`` bind the reads to an identity
+(``MemoryStorage.for_identity``): another tenant's rows are never read. ``stats`` and ``vacuum``
+are the operator's and cross tenants.
 
     from memstore.ops.queries import FactFilter, list_facts, search_facts
     page = list_facts(FactFilter(category="preference", min_confidence=0.8), limit=50)
@@ -10,6 +13,7 @@ file provider it scans the tree. ``storage`` defaults to the configured provider
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -51,15 +55,29 @@ HYBRID_POOL = 50
 """Candidates each retriever contributes to a hybrid page (more for deep pages, up to a page's cap)."""
 
 
-def operations_of(storage: MemoryStorage | None = None) -> StorageOperations:
-    """The provider's query surface; a custom provider without one gets a clear error."""
-    storage = storage if storage is not None else get_memory_storage()
+def operations_of(
+    storage: MemoryStorage | None = None,
+    *,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> StorageOperations:
+    """The provider's query surface for the identity; a custom provider without one gets a clear error."""
+    storage = _bound(storage, tenant_id, roles)
     if not isinstance(storage, StorageOperations):
         raise MemstoreError(
             f"{type(storage).__name__} does not support queries or maintenance; "
             "use SqlMemoryStorage or FileMemoryStorage"
         )
     return storage
+
+
+def _bound(
+    storage: MemoryStorage | None, tenant_id: str | None, roles: Iterable[str] | None
+) -> MemoryStorage:
+    """``storage`` (default: the configured one) as seen by the tenant and roles; with neither, as
+    given (a handle already bound by ``for_identity`` keeps its identity)."""
+    storage = storage if storage is not None else get_memory_storage()
+    return storage if tenant_id is None and roles is None else storage.for_identity(tenant_id, roles)
 
 
 def list_facts(
@@ -69,6 +87,8 @@ def list_facts(
     offset: int = 0,
     order: FactOrder = "newest",
     storage: MemoryStorage | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
 ) -> FactPage:
     """Live facts, one page plus the total, each with its retention ``score``.
 
@@ -78,7 +98,7 @@ def list_facts(
     check_paging(limit, offset)
     if order not in FACT_ORDERS:
         raise QueryError(f"unknown order {order!r}; use one of {', '.join(FACT_ORDERS)}")
-    return operations_of(storage).query_facts(
+    return operations_of(storage, tenant_id=tenant_id, roles=roles).query_facts(
         where or FactFilter(), search=None, limit=limit, offset=offset, order=order
     )
 
@@ -92,6 +112,8 @@ def search_facts(
     offset: int = 0,
     storage: MemoryStorage | None = None,
     config: MemoryConfig | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
 ) -> FactPage:
     """Facts matching ``query`` across scopes, most relevant first.
 
@@ -110,6 +132,7 @@ def search_facts(
         raise QueryError(f"unknown search mode {mode!r}; use one of {', '.join(SEARCH_MODES)}")
     check_paging(limit, offset)
     query, where = query.strip(), where or FactFilter()
+    storage = _bound(storage, tenant_id, roles)
     operations = operations_of(storage)
     if mode == "fulltext":
         return operations.query_facts(where, search=query, limit=limit, offset=offset)
@@ -126,8 +149,8 @@ def search_facts(
     return replace(page, facts=with_scores(page.facts, RetentionPolicy.of(config), datetime.now(UTC)))
 
 
-def _semantic(config: MemoryConfig, storage: MemoryStorage | None) -> tuple[Embedder, VectorStore]:
-    parts = semantic_parts(config, storage if storage is not None else get_memory_storage())
+def _semantic(config: MemoryConfig, storage: MemoryStorage) -> tuple[Embedder, VectorStore]:
+    parts = semantic_parts(config, storage)
     if parts is None:
         raise QueryError(
             "semantic and hybrid search need embeddings: set embedding_provider (openai or local)"
@@ -166,31 +189,58 @@ def _fused_page(
     return FactPage(page, len(keys), limit, offset, mode)
 
 
-def count_facts(where: FactFilter | None = None, *, storage: MemoryStorage | None = None) -> int:
-    return list_facts(where, limit=1, storage=storage).total
+def count_facts(
+    where: FactFilter | None = None,
+    *,
+    storage: MemoryStorage | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> int:
+    return list_facts(where, limit=1, storage=storage, tenant_id=tenant_id, roles=roles).total
 
 
 def memory_stats(*, storage: MemoryStorage | None = None) -> MemoryStats:
     return operations_of(storage).stats()
 
 
-def list_scopes(user_id: str | None = None, *, storage: MemoryStorage | None = None) -> list[Scope]:
-    return operations_of(storage).list_scopes(validate_user_id(user_id))
+def list_scopes(
+    user_id: str | None = None,
+    *,
+    storage: MemoryStorage | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> list[Scope]:
+    return operations_of(storage, tenant_id=tenant_id, roles=roles).list_scopes(validate_user_id(user_id))
 
 
 def memory_history(
-    where: FactFilter, *, fact_id: str | None = None, limit: int = 100, storage: MemoryStorage | None = None
+    where: FactFilter,
+    *,
+    fact_id: str | None = None,
+    limit: int = 100,
+    storage: MemoryStorage | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
 ) -> list[HistoryEntry]:
     """The audit trail of the scopes ``where`` selects (its fact filters are ignored), oldest first."""
     check_paging(limit, 0)
-    return operations_of(storage).history(where, fact_id=fact_id, limit=limit)
+    return operations_of(storage, tenant_id=tenant_id, roles=roles).history(
+        where, fact_id=fact_id, limit=limit
+    )
 
 
-def erase_user(user_id: str, *, storage: MemoryStorage | None = None) -> dict[str, int]:
-    """Delete everything stored for ``user_id``, audit history included; returns the counts removed."""
+def erase_user(
+    user_id: str,
+    *,
+    storage: MemoryStorage | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> dict[str, int]:
+    """Delete everything stored for ``user_id`` in ``tenant_id``, audit history included; returns the
+    counts removed."""
     if validate_user_id(user_id) is None:
         raise QueryError("erase needs a user id")
-    return operations_of(storage).erase_user(user_id)
+    return operations_of(storage, tenant_id=tenant_id, roles=roles).erase_user(user_id)
 
 
 def vacuum(

@@ -1,6 +1,8 @@
 """The durable queue from Python and the CLI: its status, and retrying or purging dead rows.
 
-Only the SQL provider has one; any other provider gets a ``ConfigError`` that says so.
+Only the SQL provider has one; any other provider gets a ``ConfigError`` that says so. These
+cross tenants, so they run on the operator connection (``operator_database_url``) and refuse,
+naming it, a connection that row-level security binds.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from memstore.queue.bounds import table_limits
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql.documents.provider import SqlMemoryStorage
+from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.queue import admin as queue_admin
 from memstore.storage.sql.queue.admin import QueueStatus
 
@@ -37,7 +40,8 @@ def _sql(storage: MemoryStorage | None) -> SqlMemoryStorage:
 def _run(storage: MemoryStorage | None, work: Callable[[Connection, datetime], T], *, write: bool) -> T:
     sql = _sql(storage)
     try:
-        with sql.engine.connect() as conn:
+        engine = operator_engine(sql.engine, "the queue's status, retry and purge")
+        with engine.connect() as conn:
             if not write:
                 return work(conn, datetime.now(UTC))
             with conn.begin():

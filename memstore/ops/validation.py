@@ -9,7 +9,7 @@ used to be a failed save (a 503 or a 500 over HTTP) into an error that names the
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from memstore.document import (
@@ -21,9 +21,23 @@ from memstore.document import (
     MAX_FACT_CHARS,
     MAX_SUMMARY_CHARS,
     SECTION_GROUPS,
+    VISIBILITIES,
     unstorable,
 )
-from memstore.errors import InvalidDocumentError, InvalidFactError, QueryError
+from memstore.errors import (
+    AccessDeniedError,
+    InvalidDocumentError,
+    InvalidFactError,
+    InvalidScopeError,
+    QueryError,
+)
+from memstore.scope import ADMIN_ROLE, EDITOR_ROLE, validate_roles, validate_user_id
+
+MAX_GRANTS = 100
+"""Users, and roles, one shared fact may name (each list): a grant list is not a tenant directory."""
+SHARING_ROLES = frozenset({EDITOR_ROLE, ADMIN_ROLE})
+"""Roles that may make a fact shared or public; anyone may keep private facts."""
+ACCESS_KEYS = ("visibility", "allowedUsers", "allowedRoles")
 
 _FACT_TEXT_CAPS = {"content": MAX_FACT_CHARS, "category": MAX_CATEGORY_CHARS, "sourceError": MAX_FACT_CHARS}
 
@@ -60,6 +74,90 @@ def fact_confidence(confidence: object) -> float:
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise InvalidFactError("confidence", "out of range; it must be a number from 0 to 1")
     return value
+
+
+def fact_access(
+    visibility: object, allowed_users: Iterable[str] | None, allowed_roles: Iterable[str] | None
+) -> dict[str, Any]:
+    """The access keys of a fact as stored: ``{}`` (private), ``{"visibility": "public"}``, or
+    ``{"visibility": "shared", "allowedUsers": [...], "allowedRoles": [...]}`` (empty lists left out).
+
+    Grants exist only on a shared fact, so a grant with another visibility is refused rather than
+    silently dropped; each list is capped at ``MAX_GRANTS`` and its names follow the id rules.
+    """
+    if visibility not in VISIBILITIES:
+        raise InvalidFactError("visibility", f"unknown; use one of {', '.join(VISIBILITIES)}")
+    access: dict[str, Any] = {} if visibility == "private" else {"visibility": visibility}
+    for field, key, names in (
+        ("allowed_users", "allowedUsers", allowed_users),
+        ("allowed_roles", "allowedRoles", allowed_roles),
+    ):
+        checked = _grantees(field, names)
+        if checked and visibility != "shared":
+            raise InvalidFactError(field, "only a shared fact has grants; set visibility to shared")
+        if checked:
+            access[key] = checked
+    return access
+
+
+def _grantees(field: str, names: Iterable[str] | None) -> list[str]:
+    """``names`` sorted, without repeats, each a valid user id (or role name); else ``InvalidFactError``."""
+    if names is None:
+        return []
+    if isinstance(names, str):
+        raise InvalidFactError(field, "must be a list of names, not one string")
+    listed = list(names)
+    if len(listed) > MAX_GRANTS:
+        raise InvalidFactError(field, f"{len(listed)} names, the limit is {MAX_GRANTS}")
+    if not all(isinstance(name, str) for name in listed):
+        raise InvalidFactError(field, "every name must be text")
+    try:
+        check = _role_name if field == "allowed_roles" else _user_name
+        checked = {check(name) for name in listed}
+    except InvalidScopeError as exc:
+        raise InvalidFactError(field, str(exc)) from exc
+    return sorted(checked)
+
+
+def _user_name(name: str) -> str:
+    validate_user_id(name)
+    return name
+
+
+def _role_name(name: str) -> str:
+    """One role name checked by the roles rule (``validate_roles`` also caps a caller's count at 32)."""
+    validate_roles([name])
+    return name
+
+
+def access_of(fact: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored fact's access keys in ``fact_access``'s form (to compare what was asked with what is held)."""
+    return {key: fact[key] for key in ACCESS_KEYS if key in fact and fact[key] not in ("private", [], None)}
+
+
+def check_may_share(access: Mapping[str, Any], roles: Iterable[str] | None) -> None:
+    """Refuse a shared or public fact unless ``roles`` holds ``editor`` or ``admin``."""
+    if access.get("visibility", "private") != "private" and not SHARING_ROLES & validate_roles(roles):
+        raise AccessDeniedError(
+            f"a {access['visibility']} fact needs the role {EDITOR_ROLE} or {ADMIN_ROLE}; "
+            "without either, facts are private"
+        )
+
+
+def check_document_access(document: Mapping[str, Any], roles: Iterable[str] | None) -> None:
+    """The same rule for an imported document: its shared and public facts need a sharing role."""
+    facts = document.get("facts")
+    if not isinstance(facts, list):
+        return
+    for fact in facts:
+        if isinstance(fact, dict) and any(key in fact for key in ACCESS_KEYS):
+            try:
+                access = fact_access(
+                    fact.get("visibility", "private"), fact.get("allowedUsers"), fact.get("allowedRoles")
+                )
+            except InvalidFactError as exc:
+                raise InvalidDocumentError(f"fact {fact.get('id')!r}: {exc}") from exc
+            check_may_share(access, roles)
 
 
 def search_text(name: str, text: str, max_chars: int) -> str:

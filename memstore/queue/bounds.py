@@ -19,7 +19,7 @@ from typing import Any
 from memstore.capture.conversation import ConversationKey
 from memstore.capture.message_access import message_text
 from memstore.config import MemoryConfig
-from memstore.storage.sql.queue.table import QueueLimits
+from memstore.storage.sql.queue.limits import QueueLimits, TenantLimits
 
 MAX_QUEUED_MESSAGE_CHARS = 8_000
 MAX_QUEUED_CONVERSATION_CHARS = 64_000
@@ -35,18 +35,28 @@ def correction_reserve(depth: int) -> int:
 
 
 def table_limits(config: MemoryConfig) -> QueueLimits:
-    """The database queue's bounds: ``max_queue_depth`` and ``max_queue_chars`` in total, and
-    ``queue_user_share`` of each per user (at least one conversation of the largest size)."""
-    depth, chars, share = config.max_queue_depth, config.max_queue_chars, config.queue_user_share
-    user_depth = max(1, math.floor(depth * share))
+    """The database queue's bounds: ``max_queue_depth`` and ``max_queue_chars`` in total,
+    ``queue_tenant_share`` of each per tenant and ``queue_user_share`` per user (each share at
+    least one conversation of the largest size)."""
+    depth, chars = config.max_queue_depth, config.max_queue_chars
+    user_depth, user_chars = _share(depth, chars, config.queue_user_share)
+    tenant = None
+    if config.queue_tenant_share < 1.0:
+        tenant_depth, tenant_chars = _share(depth, chars, config.queue_tenant_share)
+        tenant = TenantLimits(tenant_depth, tenant_depth + correction_reserve(tenant_depth), tenant_chars)
     return QueueLimits(
         depth=depth,
         depth_corrections=depth + correction_reserve(depth),
         chars=chars,
         user_depth=user_depth,
         user_depth_corrections=user_depth + correction_reserve(user_depth),
-        user_chars=max(MAX_QUEUED_CONVERSATION_CHARS, math.floor(chars * share)),
+        user_chars=user_chars,
+        tenant=tenant,
     )
+
+
+def _share(depth: int, chars: int, share: float) -> tuple[int, int]:
+    return max(1, math.floor(depth * share)), max(MAX_QUEUED_CONVERSATION_CHARS, math.floor(chars * share))
 
 
 def conversation_chars(messages: Sequence[Any]) -> int:

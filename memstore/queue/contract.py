@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from memstore.capture.conversation import ConversationContext
+from memstore.scope import DEFAULT_TENANT_ID
 
 
 class ConversationUpdater(Protocol):
@@ -35,6 +36,8 @@ class QueueStats:
     """New keys dropped because ``max_queue_depth`` or ``max_queue_chars`` was reached."""
     rejected_user_share: int = 0
     """Database queue: new keys dropped because their user holds ``queue_user_share`` of a bound."""
+    rejected_tenant_share: int = 0
+    """Database queue: new keys dropped because their tenant holds ``queue_tenant_share`` of a bound."""
     rejected_invalid: int = 0
     """Database queue: turns the database refused for their own content; dropped, never retried."""
     updated: int = 0
@@ -67,11 +70,19 @@ class UpdateQueue(ABC):
         user_id: str | None = None,
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
+        *,
+        tenant_id: str = DEFAULT_TENANT_ID,
     ) -> None:
         """Queue a conversation, due after the debounce."""
         self.submit(
             ConversationContext(
-                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+                thread_id,
+                list(messages),
+                agent_name,
+                user_id,
+                correction_detected,
+                reinforcement_detected,
+                tenant_id=tenant_id,
             )
         )
 
@@ -83,11 +94,19 @@ class UpdateQueue(ABC):
         user_id: str | None = None,
         correction_detected: bool = False,
         reinforcement_detected: bool = False,
+        *,
+        tenant_id: str = DEFAULT_TENANT_ID,
     ) -> None:
         """Queue a conversation, due now."""
         self.submit(
             ConversationContext(
-                thread_id, list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+                thread_id,
+                list(messages),
+                agent_name,
+                user_id,
+                correction_detected,
+                reinforcement_detected,
+                tenant_id=tenant_id,
             ),
             immediately=True,
         )

@@ -8,7 +8,9 @@ database costs the request path nothing. That buffer is the only thing a crash c
 only while the database is unreachable.
 
 ``queue_workers`` threads claim scopes and run them (``workers.py``); ``flush`` runs this
-process's conversations in the caller's thread, as the memory queue's does. ``shutdown`` stops
+process's conversations in the caller's thread, as the memory queue's does. Claims, heartbeats,
+settling and this process's bookkeeping cross tenants, so they use the operator connection
+(``operator_database_url``); each conversation is saved under its own row's identity. ``shutdown`` stops
 claiming, waits for the running conversations until its deadline, then gives back every claim
 still held: whatever it did not finish stays queued for the next worker.
 """
@@ -78,12 +80,16 @@ class DatabaseUpdateQueue(UpdateQueue):
         *,
         workers: int | None = None,
         owner: str | None = None,
+        operator_url: str | None = None,
     ) -> None:
         """``owner`` takes over the rows an earlier queue of this process queued (the process-wide
-        queue rebuilt for the same database); by default the queue is a new owner."""
+        queue rebuilt for the same database); by default the queue is a new owner. ``operator_url``
+        (``operator_database_url``, a role that bypasses row-level security) claims and settles
+        rows of every tenant; by default ``database_url`` does."""
         config = get_memory_config()
         self._url = database_url
         self._engine = get_engine(database_url)
+        self._operator = get_engine(operator_url) if operator_url else self._engine
         self._enqueue_engine = enqueue_engine(database_url, config.queue_enqueue_timeout_seconds)
         self._updater_factory = updater_factory or _default_updater
         self.owner = owner or f"{socket.gethostname()[:64]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
@@ -91,8 +97,8 @@ class DatabaseUpdateQueue(UpdateQueue):
         self._counts: dict[str, int] = dict.fromkeys(QueueStats.__dataclass_fields__, 0)
         self._stopping = threading.Event()
         self._wake = threading.Condition()
-        self._keeper = LeaseKeeper(self._engine)
-        self._runner = ClaimRunner(self._engine, self._keeper, self._count, self._stopping)
+        self._keeper = LeaseKeeper(self._operator)
+        self._runner = ClaimRunner(self._operator, self._keeper, self._count, self._stopping)
         self._buffer = OutageBuffer()
         self._writer = QueueWriter(self.owner, self.url, self._prepare, self._count)
         self._enqueuer = BoundedCalls(
@@ -169,7 +175,7 @@ class DatabaseUpdateQueue(UpdateQueue):
             try:
                 claim = self._claim(config, force=True, only_owner=self.owner, exclude=tried)
                 if claim is None:
-                    with self._engine.connect() as conn:
+                    with self._operator.connect() as conn:
                         if not queue_table.unsettled(conn, owner=self.owner, exclude=tried):
                             return
                     # Another worker runs one of ours: wait for it with reads, not write transactions.
@@ -188,7 +194,7 @@ class DatabaseUpdateQueue(UpdateQueue):
         another process alone. An unreachable database raises ``StorageUnavailableError``."""
         self._buffer.clear()
         try:
-            with self._engine.connect() as conn:
+            with self._operator.connect() as conn:
                 conn.execution_options(**write_transaction_options(get_memory_config()))
                 with conn.begin():
                     dropped = queue_table.clear_pending(conn, owner=self.owner)
@@ -201,7 +207,7 @@ class DatabaseUpdateQueue(UpdateQueue):
     def flush_nowait(self) -> None:
         """Make this process's queued conversations due now; the workers pick them up."""
         try:
-            with self._engine.connect() as conn:
+            with self._operator.connect() as conn:
                 conn.execution_options(**write_transaction_options(get_memory_config()))
                 with conn.begin():
                     queue_table.make_due(conn, owner=self.owner, now=utcnow())
@@ -217,7 +223,7 @@ class DatabaseUpdateQueue(UpdateQueue):
         ``memstore queue status`` counts every process's.
         """
         try:
-            with self._engine.connect() as conn:
+            with self._operator.connect() as conn:
                 stored = queue_table.unsettled(conn, owner=self.owner)
         except SQLAlchemyError as exc:
             raise StorageUnavailableError(
@@ -314,10 +320,10 @@ class DatabaseUpdateQueue(UpdateQueue):
     ) -> ScopeClaim | None:
         self._prepare()
         now = utcnow()
-        with self._engine.connect() as conn:
+        with self._operator.connect() as conn:
             if not queue_claims.has_claimable(conn, now, force=force, owner=only_owner, exclude=exclude):
                 return None
-        with self._engine.connect() as conn:
+        with self._operator.connect() as conn:
             conn.execution_options(**write_transaction_options(config))
             with conn.begin():
                 return queue_claims.claim(

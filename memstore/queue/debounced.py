@@ -1,9 +1,10 @@
 """The debounced update queue between the request path and the (slow) LLM updater.
 
-Turns are batched per conversation key ``(thread_id, user_id, agent_name)``: the newest
-messages for a key replace the older ones, because the middleware always sends the whole
-filtered thread. One global timer covers the queue, so a burst of turns costs one batch; a
-steady stream of turns pushes it back at most until the oldest pending turn has waited
+Turns are batched per conversation key ``(tenant_id, thread_id, user_id, agent_name)``: the
+newest messages for a key replace the older ones, because the middleware always sends the whole
+filtered thread; the same thread in two tenants is two conversations, each saved in its tenant.
+One global timer covers the queue, so a burst of turns costs one batch; a steady stream of turns
+pushes it back at most until the oldest pending turn has waited
 ``MAX_DEBOUNCE_FACTOR`` debounce periods, so busy traffic cannot starve the queue.
 At most one worker runs at a time; a trigger that arrives while it is busy only leaves a
 note, and the finishing worker schedules exactly one follow-up (no 0-delay timer spin).

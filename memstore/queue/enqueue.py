@@ -8,6 +8,11 @@ request path's own PostgreSQL engine sets ``statement_timeout``, ``lock_timeout`
 
 ``QueueWriter`` tells a turn's own failure (a bound it would pass, a value the database will not
 store) from an outage: the first sets that turn aside, the second keeps every turn buffered.
+
+Each row is written under its own identity (tenant and user, set per row in the transaction),
+so on PostgreSQL with row-level security the policies refuse a row forged for anyone else. The
+bounds count every tenant's rows: where the policies apply they are read on the operator
+connection (``operator_database_url``) when one is configured.
 """
 
 from __future__ import annotations
@@ -17,13 +22,14 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -42,8 +48,9 @@ from memstore.queue.bounds import (
 from memstore.queue.debounced import MAX_DEBOUNCE_FACTOR
 from memstore.queue.outage_buffer import Buffered
 from memstore.queue.workers import utcnow
-from memstore.scope import resolve_scope
+from memstore.scope import Identity, resolve_scope
 from memstore.storage.sql.engine import describe_db_error, get_engine, is_refused_value
+from memstore.storage.sql.identity import policies_apply, set_identity
 from memstore.storage.sql.queue import table as queue_table
 from memstore.storage.sql.queue.table import QueuedConversation
 
@@ -94,7 +101,20 @@ def queued_conversation(context: ConversationContext) -> QueuedConversation:
         correction_detected=context.correction_detected,
         reinforcement_detected=context.reinforcement_detected,
         captured_at=as_utc(context.timestamp),
+        tenant_id=context.tenant_id,
     )
+
+
+@contextmanager
+def _bounds_reader(config: MemoryConfig, engine: Engine) -> Iterator[Connection | None]:
+    """The connection the bounds are read on: the operator's where row-level security would hide
+    other tenants' rows from ``engine`` and one is configured; else ``None`` (the write's own)."""
+    if not config.operator_database_url or not policies_apply(engine):
+        yield None
+        return
+    operator = enqueue_engine(config.operator_database_url, config.queue_enqueue_timeout_seconds)
+    with operator.connect() as conn:
+        yield conn
 
 
 class BoundedCalls:
@@ -222,11 +242,12 @@ class QueueWriter:
         debounce = float(config.debounce_seconds)
         options = queue_table.write_options(round(config.queue_enqueue_timeout_seconds * 1000))
         limits = table_limits(config)
-        with engine.connect() as conn:
+        with engine.connect() as conn, _bounds_reader(config, engine) as bounds:
             conn.execution_options(**options)
             with conn.begin():
                 now = utcnow()
                 for item, immediately in items:
+                    set_identity(conn, Identity(item.tenant_id, item.user_id))
                     stored = queue_table.enqueue(
                         conn,
                         item,
@@ -237,6 +258,7 @@ class QueueWriter:
                         if immediately
                         else now + timedelta(seconds=MAX_DEBOUNCE_FACTOR * debounce),
                         limits=limits,
+                        bounds=bounds,
                     )
                     if not stored:
                         logger.info(
@@ -258,7 +280,7 @@ class QueueWriter:
         reason, with how many it did not repeat: a flood must not become a flood of log lines.
         """
         if isinstance(exc, QueueFullError):
-            stat = "rejected_user_share" if exc.kind == "user_share" else "rejected_full"
+            stat = f"rejected_{exc.kind}" if exc.kind in ("user_share", "tenant_share") else "rejected_full"
             level, reason = logging.WARNING, str(exc)
         else:
             stat = "rejected_invalid"

@@ -52,7 +52,9 @@ def build_memory_queue(config: MemoryConfig | None = None, *, owner: str | None 
     ``owner``'s rows (``flush``, ``pending_count`` and ``clear`` act on the owner's rows)."""
     config = config or get_memory_config()
     if queue_backend(config) == "database":
-        return DatabaseUpdateQueue(database_url_from_config(config), owner=owner)
+        return DatabaseUpdateQueue(
+            database_url_from_config(config), owner=owner, operator_url=config.operator_database_url
+        )
     return MemoryUpdateQueue()
 
 

@@ -8,7 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from memstore.document import MemoryDocument, create_empty_memory
+from memstore.errors import InvalidScopeError
 from memstore.retention import FactSignals
+from memstore.scope import DEFAULT_IDENTITY, DEFAULT_TENANT_ID, Identity, validate_roles, validate_tenant_id
 
 
 class MemoryStorage(ABC):
@@ -23,6 +25,27 @@ class MemoryStorage(ABC):
     ``load`` and ``save`` raise ``StorageUnavailableError`` when the backing store cannot be
     reached, so callers can retry later instead of treating the update as bad.
     """
+
+    @property
+    def identity(self) -> Identity:
+        """The tenant and roles this handle acts for (its ``user_id`` is unset: each call names one)."""
+        return DEFAULT_IDENTITY
+
+    def for_identity(self, tenant_id: str | None = None, roles: Iterable[str] | None = None) -> MemoryStorage:
+        """A handle on the same store that acts inside ``tenant_id`` with ``roles``.
+
+        Every call on it (``load``, ``save`` ...) reads and writes that tenant's scopes only; the
+        roles decide which shared facts it reads. A provider without tenants (this default, the
+        file provider) keeps the default tenant and refuses any other.
+        """
+        tenant = validate_tenant_id(DEFAULT_TENANT_ID if tenant_id is None else tenant_id)
+        validate_roles(roles)
+        if tenant != DEFAULT_TENANT_ID:
+            raise InvalidScopeError(
+                f"{type(self).__name__} keeps one tenant: tenants need the SQL provider "
+                "(storage_class: memstore.storage.sql.SqlMemoryStorage)"
+            )
+        return self
 
     @abstractmethod
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:

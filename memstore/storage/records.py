@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
-from memstore.document import as_utc, format_timestamp
+from memstore.document import VISIBILITIES, as_utc, format_timestamp
 from memstore.errors import QueryError
 from memstore.retention import Candidate, FactSignals, RetentionPolicy
 from memstore.scope import Scope, normalize_agent_name, validate_user_id
@@ -53,9 +53,13 @@ class FactFilter:
     text: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    visibility: str | None = None
+    """``private``, ``shared`` or ``public``: only facts with that visibility."""
 
     def __post_init__(self) -> None:
         validate_user_id(self.user_id)
+        if self.visibility is not None and self.visibility not in VISIBILITIES:
+            raise QueryError(f"visibility must be one of {', '.join(VISIBILITIES)}, got {self.visibility!r}")
         if isinstance(self.agent_name, str):
             object.__setattr__(self, "agent_name", normalize_agent_name(self.agent_name))
         confidence = self.min_confidence
@@ -105,6 +109,8 @@ class FactRecord:
     last_accessed_at: datetime | None = None
     access_count: int = 0
     score: float | None = None
+    visibility: str = "private"
+    """``private`` (the user's own), ``shared`` or ``public``: who else in the tenant reads it."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)

@@ -17,7 +17,7 @@ import numpy as np
 from memstore.config import MemoryConfig
 from memstore.embedding import Embedder, get_embedder
 from memstore.errors import ConfigError
-from memstore.scope import Scope
+from memstore.scope import DEFAULT_TENANT_ID, Identity, Scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage
 
@@ -33,6 +33,7 @@ class UnembeddedFact:
     agent_name: str | None
     fact_id: str
     content: str
+    tenant_id: str = DEFAULT_TENANT_ID
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class EmbeddingStatus:
 
 @runtime_checkable
 class VectorStore(Protocol):
+    def for_identity(self, identity: Identity) -> VectorStore:
+        """The same store acting inside ``identity``'s tenant, with its roles."""
+
     def fact_vectors(
         self, scope: Scope, model: str, facts: Sequence[tuple[str, str]]
     ) -> dict[str, np.ndarray]:

@@ -42,7 +42,7 @@ from memstore.errors import (
     StorageWriteError,
 )
 from memstore.metrics import EXTRACTIONS
-from memstore.scope import Scope, resolve_scope, scope_label
+from memstore.scope import DEFAULT_TENANT_ID, Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.sql.documents.provider import SqlMemoryStorage
@@ -126,6 +126,8 @@ class MemoryUpdater:
         reinforcement_detected: bool = False,
         user_id: str | None = None,
         captured_at: datetime | None = None,
+        *,
+        tenant_id: str = DEFAULT_TENANT_ID,
     ) -> bool:
         """The reference's call shape: ``update`` for one conversation, captured now by default.
 
@@ -133,7 +135,13 @@ class MemoryUpdater:
         scope erased or cleared after it.
         """
         context = ConversationContext(
-            thread_id or "", list(messages), agent_name, user_id, correction_detected, reinforcement_detected
+            thread_id or "",
+            list(messages),
+            agent_name,
+            user_id,
+            correction_detected,
+            reinforcement_detected,
+            tenant_id=tenant_id,
         )
         if captured_at is not None:
             context.timestamp = captured_at
@@ -162,7 +170,8 @@ class MemoryUpdater:
         if not config.enabled or not context.messages:
             return False
         try:
-            storage = get_memory_storage()
+            # The conversation's own tenant: a worker serves every tenant, each under its identity.
+            storage = get_memory_storage().for_identity(context.tenant_id)
             current = storage.load(context.agent_name, user_id=context.user_id)
             update = self._extractor_for(config).extract(context, current)
             if update is None:
@@ -322,8 +331,16 @@ def update_memory_from_conversation(
     correction_detected: bool = False,
     reinforcement_detected: bool = False,
     user_id: str | None = None,
+    *,
+    tenant_id: str = DEFAULT_TENANT_ID,
 ) -> bool:
     """One-shot convenience (the reference's function): a ``MemoryUpdater`` with the global config."""
     return MemoryUpdater().update_memory(
-        messages, thread_id, agent_name, correction_detected, reinforcement_detected, user_id
+        messages,
+        thread_id,
+        agent_name,
+        correction_detected,
+        reinforcement_detected,
+        user_id,
+        tenant_id=tenant_id,
     )

@@ -7,7 +7,7 @@ BEGIN;
 
 DROP POLICY memstore_owner ON memory_scopes;
 
-DROP POLICY memstore_admin_read ON memory_scopes;
+DROP POLICY memstore_tenant_read ON memory_scopes;
 
 DROP POLICY memstore_admin_bump ON memory_scopes;
 

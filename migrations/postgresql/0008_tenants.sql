@@ -68,9 +68,9 @@ ALTER TABLE memory_scopes FORCE ROW LEVEL SECURITY;
 
 CREATE POLICY memstore_owner ON memory_scopes FOR ALL USING (tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(user_id, '') = current_setting('memstore.user_id', true)) WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(user_id, '') = current_setting('memstore.user_id', true));
 
-CREATE POLICY memstore_admin_read ON memory_scopes FOR SELECT USING (tenant_id = current_setting('memstore.tenant_id', true) AND 'admin' = ANY(string_to_array(current_setting('memstore.roles', true), ',')));
+CREATE POLICY memstore_tenant_read ON memory_scopes FOR SELECT USING (tenant_id = current_setting('memstore.tenant_id', true));
 
-CREATE POLICY memstore_admin_bump ON memory_scopes FOR UPDATE USING (tenant_id = current_setting('memstore.tenant_id', true) AND 'admin' = ANY(string_to_array(current_setting('memstore.roles', true), ','))) WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true));
+CREATE POLICY memstore_admin_bump ON memory_scopes FOR UPDATE USING (tenant_id = current_setting('memstore.tenant_id', true) AND 'admin' = ANY(string_to_array(current_setting('memstore.roles', true), ','))) WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true) AND 'admin' = ANY(string_to_array(current_setting('memstore.roles', true), ',')));
 
 ALTER TABLE memory_sections ENABLE ROW LEVEL SECURITY;
 

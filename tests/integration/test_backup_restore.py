@@ -28,6 +28,7 @@ from memstore.storage.sql.schema.models import (
     embeddings_table,
     erasures_table,
     facts_table,
+    grants_table,
     history_table,
     queue_table,
     scopes_table,
@@ -35,7 +36,15 @@ from memstore.storage.sql.schema.models import (
 )
 from tests.integration.conftest import Cli
 
-TABLES = (scopes_table, sections_table, facts_table, embeddings_table, history_table, erasures_table)
+TABLES = (
+    scopes_table,
+    sections_table,
+    facts_table,
+    grants_table,
+    embeddings_table,
+    history_table,
+    erasures_table,
+)
 MODEL = "openai:text-embedding-3-small@3"
 SIGNALS_AT = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
 
@@ -110,6 +119,20 @@ def _populate(url: str) -> None:
             .where(facts_table.c.scope_id == alice.scalar_subquery(), facts_table.c.fact_id == "a1")
             .values(
                 access_count=7, last_accessed_at=SIGNALS_AT, last_confirmed_at=SIGNALS_AT - timedelta(days=3)
+            )
+        )
+        a1 = select(facts_table.c.id).where(
+            facts_table.c.scope_id == alice.scalar_subquery(), facts_table.c.fact_id == "a1"
+        )
+        conn.execute(
+            update(facts_table).where(facts_table.c.id == a1.scalar_subquery()).values(visibility="shared")
+        )
+        conn.execute(
+            insert(grants_table).values(
+                fact_row_id=a1.scalar_subquery(),
+                grantee_kind="role",
+                grantee="support",
+                scope_id=alice.scalar_subquery(),
             )
         )
         conn.execute(update(scopes_table).where(scopes_table.c.user_id == "bob").values(purged_revision=1))

@@ -39,6 +39,9 @@ PG_VARIANTS = {
     "concurrent_saves": {"postgresql_1proc", "postgresql_4proc"},
     "queue_llm_200ms": {"postgresql_1w", "postgresql_4w", "postgresql_16w", "postgresql_2x8w"},
     "search_at_scale": {f"postgresql_{operation}" for operation in SEARCH_OPERATIONS},
+    "tenancy_load_cold_100": {"rls_off", "rls_on"},
+    "tenancy_save_add1_100": {"rls_off", "rls_on"},
+    "tenancy_context_merge": {"own_only", "merged_100_shared"},
 }
 QUEUE_LAYOUTS = {"1w": 1, "4w": 4, "16w": 16, "2x8w": 16}
 SQLITE_TARGETS = {
@@ -67,6 +70,9 @@ PG_TARGETS = {
     "pg_cold_vs_roundtrip",
     "pg_cold_vs_floor",
     "pg_access_tracking",
+    "rls_cold_load",
+    "rls_save",
+    "context_merge",
     *(f"queue_postgresql_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
     "search_postgresql",
     *(f"{operation}_postgresql" for operation in SEARCH_OPERATIONS[1:]),
@@ -99,7 +105,7 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
     targets = set(SQLITE_TARGETS)
     if pg_server:
         for scenario, variants in PG_VARIANTS.items():
-            expected[scenario] |= variants
+            expected[scenario] = expected.get(scenario, set()) | variants
         targets |= PG_TARGETS
     else:
         assert "PostgreSQL scenarios skipped" in result.stdout

@@ -25,8 +25,8 @@ from memstore.storage.sql.documents.codec import (
     SectionValues,
     decode_fact,
     decode_section,
-    json_object,
 )
+from memstore.storage.sql.documents.json_values import json_object
 from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.schema.models import facts_table, scopes_table, sections_table
 

@@ -240,17 +240,17 @@ def test_openapi_documents_every_endpoint_and_its_errors(client: TestClient) -> 
         for method, operation in operations.items()
     }
     assert codes == {
-        ("GET", "/api/memory"): {"200", "422", "503"},
-        ("DELETE", "/api/memory"): {"200", "422", "503"},
-        ("POST", "/api/memory/reload"): {"200", "422", "503"},
-        ("GET", "/api/memory/export"): {"200", "422", "503"},
-        ("POST", "/api/memory/import"): {"200", "422", "503"},
-        ("GET", "/api/memory/facts"): {"200", "422", "503"},
-        ("POST", "/api/memory/facts"): {"200", "409", "422", "503"},
-        ("PATCH", "/api/memory/facts/{fact_id}"): {"200", "404", "409", "422", "503"},
-        ("DELETE", "/api/memory/facts/{fact_id}"): {"200", "404", "409", "422", "503"},
+        ("GET", "/api/memory"): {"200", "400", "422", "503"},
+        ("DELETE", "/api/memory"): {"200", "400", "422", "503"},
+        ("POST", "/api/memory/reload"): {"200", "400", "422", "503"},
+        ("GET", "/api/memory/export"): {"200", "400", "422", "503"},
+        ("POST", "/api/memory/import"): {"200", "400", "403", "422", "503"},
+        ("GET", "/api/memory/facts"): {"200", "400", "422", "503"},
+        ("POST", "/api/memory/facts"): {"200", "400", "403", "409", "422", "503"},
+        ("PATCH", "/api/memory/facts/{fact_id}"): {"200", "400", "403", "404", "409", "422", "503"},
+        ("DELETE", "/api/memory/facts/{fact_id}"): {"200", "400", "404", "409", "422", "503"},
         ("GET", "/api/memory/config"): {"200", "422"},
-        ("GET", "/api/memory/status"): {"200", "422", "503"},
+        ("GET", "/api/memory/status"): {"200", "400", "422", "503"},
     }
     for operations in paths.values():
         for operation in operations.values():

@@ -33,6 +33,7 @@ from memstore.integrations.fastapi import create_memory_router
 from memstore.ops.embeddings import embed_facts, embedding_report
 from memstore.ops.facts import create_memory_fact, search_memory_facts
 from memstore.queries import FactFilter, erase_user, search_facts
+from memstore.scope import DEFAULT_IDENTITY
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine, load_sqlite_vec
@@ -89,7 +90,9 @@ def test_deleting_a_scope_deletes_its_vectors(semantic: SqlMemoryStorage) -> Non
     assert storage.save(doc(fact("fact_00000001", "User drinks green tea")), user_id="alice")
     fresh = np.roll(cached, 1)
     with get_engine(storage.url).begin() as conn:
-        embeddings.store_vectors(conn, ("alice", None), STORED, [(*named[0], fresh)], datetime.now(UTC))
+        embeddings.store_vectors(
+            conn, "default", ("alice", None), STORED, [(*named[0], fresh)], datetime.now(UTC)
+        )
     assert np.allclose(storage.vectors.fact_vectors(("alice", None), STORED, named)["fact_00000001"], fresh)
 
 
@@ -391,8 +394,12 @@ def test_the_sqlite_vec_backend_ranks_exactly_like_the_exact_scan(
     try:
         with with_vec.connect() as conn:
             assert vector_backend(conn) == "sqlite-vec"
-        exact = nearest_facts(plain, where, vector, model=STORED, limit=15, offset=5)
-        native = nearest_facts(with_vec, where, vector, model=STORED, limit=15, offset=5)
+        exact = nearest_facts(
+            plain.connect, where, DEFAULT_IDENTITY, vector, model=STORED, limit=15, offset=5
+        )
+        native = nearest_facts(
+            with_vec.connect, where, DEFAULT_IDENTITY, vector, model=STORED, limit=15, offset=5
+        )
     finally:
         with_vec.dispose()
     if backend(storage) == "exact":

@@ -255,7 +255,7 @@ def test_two_writers_of_one_facts_vector_both_succeed(
     engine = get_engine(postgres_url)
     with engine.begin() as conn:  # the first writer's transaction is open while the second one runs
         item = ("fact_00000001", "User likes green tea", first)
-        vector_rows_sql.store_vectors(conn, scope, STORED, [item], datetime.now(UTC))
+        vector_rows_sql.store_vectors(conn, "default", scope, STORED, [item], datetime.now(UTC))
         thread = threading.Thread(target=other_writer)
         thread.start()
         thread.join(timeout=1.0)  # it waits on the first writer's row lock
@@ -263,7 +263,7 @@ def test_two_writers_of_one_facts_vector_both_succeed(
     assert errors == []
     assert set(vector_rows(storage)) == {"fact_00000001"}
     with engine.connect() as conn:
-        found = vector_rows_sql.scope_vectors(conn, scope, STORED, ["fact_00000001"])
+        found = vector_rows_sql.scope_vectors(conn, "default", scope, STORED, ["fact_00000001"])
     assert np.allclose(found["fact_00000001"][1], second)  # the later writer's vector stands
     storage.close()
 

@@ -30,7 +30,8 @@ from memstore.metrics import REGISTRY
 from memstore.queue import DatabaseUpdateQueue, get_memory_queue, reset_memory_queue
 from memstore.queue.enqueue import queued_conversation
 from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.queue.table import QueuedConversation, stored_message_chars
+from memstore.storage.sql.queue.limits import stored_message_chars
+from memstore.storage.sql.queue.table import QueuedConversation
 from memstore.storage.sql.schema.migrate import downgrade, upgrade
 from memstore.storage.sql.schema.models import queue_table
 from tests.reliability.conftest import Record, configure

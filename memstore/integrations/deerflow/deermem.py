@@ -69,7 +69,8 @@ class DeerMemStore(DeerMemHooks):
 
     ``manifest_conflict`` and ``fact_conflict`` are the exceptions raised on a revision mismatch;
     the DeerFlow-facing subclass sets them to types that are also DeerMem's own. Of the config it
-    reads ``max_facts`` and ``strict_user_scope`` (every call must name a user, as in DeerMem).
+    reads ``max_facts`` and ``strict_user_scope`` (every call must name a user, as in DeerMem);
+    ``tenant_id`` (default: the default tenant) is the tenant every call acts in.
     """
 
     setting = DEERMEM_SETTING
@@ -77,7 +78,12 @@ class DeerMemStore(DeerMemHooks):
     fact_conflict: type[RevisionConflictError] = RevisionConflictError
 
     def __init__(
-        self, config: object = None, retrieval: object = None, *, database_url: str | None = None
+        self,
+        config: object = None,
+        retrieval: object = None,
+        *,
+        database_url: str | None = None,
+        tenant_id: str | None = None,
     ) -> None:
         max_facts = getattr(config, "max_facts", None)
         self._strict_user_scope = getattr(config, "strict_user_scope", False) is True
@@ -85,6 +91,7 @@ class DeerMemStore(DeerMemHooks):
             self.setting,
             database_url=database_url,
             max_facts=lambda: max_facts if isinstance(max_facts, int) else None,
+            tenant_id=tenant_id,
         )
 
     # -- the abstract contract ------------------------------------------------------------------

@@ -37,12 +37,21 @@ FIX_HINT = (
 
 
 class LazySql:
-    """One ``SqlMemoryStorage``, built at first use; ``setting`` is the DeerFlow key that chose us."""
+    """One ``SqlMemoryStorage``, built at first use; ``setting`` is the DeerFlow key that chose us.
+
+    ``tenant_id`` (default: the default tenant) is the tenant every call acts in.
+    """
 
     def __init__(
-        self, setting: str, *, database_url: str | None, max_facts: Callable[[], int | None]
+        self,
+        setting: str,
+        *,
+        database_url: str | None,
+        max_facts: Callable[[], int | None],
+        tenant_id: str | None = None,
     ) -> None:
         self._setting = setting
+        self._tenant_id = tenant_id
         self._database_url = database_url
         self._max_facts = max_facts
         self._storage: SqlMemoryStorage | None = None
@@ -64,7 +73,7 @@ class LazySql:
     def _open(self) -> SqlMemoryStorage:
         try:
             max_facts = self._max_facts()
-            storage = SqlMemoryStorage(self._database_url, max_facts=max_facts)
+            storage = SqlMemoryStorage(self._database_url, max_facts=max_facts).for_identity(self._tenant_id)
         except StorageUnavailableError as exc:
             if not _sqlite_cannot_open(exc):
                 raise

@@ -114,7 +114,7 @@ class SeedStore:
 
     The constructor never raises and never touches the database (DeerFlow would silently fall
     back to files); ``database_url`` and ``max_facts`` default to memstore's configured URL and
-    DeerFlow's ``memory.max_facts``.
+    DeerFlow's ``memory.max_facts``; ``tenant_id`` (default: the default tenant) is the tenant it serves.
     """
 
     setting = SEED_SETTING
@@ -125,11 +125,13 @@ class SeedStore:
         database_url: str | None = None,
         max_facts: int | None = None,
         replay_limit: int = DEFAULT_REPLAY_LIMIT,
+        tenant_id: str | None = None,
     ) -> None:
         self._sql = LazySql(
             self.setting,
             database_url=database_url,
             max_facts=(lambda: max_facts) if max_facts is not None else _deerflow_max_facts,
+            tenant_id=tenant_id,
         )
         self._replay = ReplayBuffer(replay_limit)
 

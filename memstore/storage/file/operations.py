@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from memstore.config import get_memory_config
-from memstore.document import DEFAULT_CATEGORY, coerce_confidence, parse_timestamp
+from memstore.document import DEFAULT_CATEGORY, VISIBILITIES, coerce_confidence, parse_timestamp
 from memstore.errors import MemstoreError
 from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, validate_user_id
@@ -135,6 +135,7 @@ def _record(user_id: str | None, agent_name: str | None, fact: dict[str, Any]) -
         confidence=coerce_confidence(fact.get("confidence")),
         created_at=parse_timestamp(fact.get("createdAt")),
         source=fact.get("source") if isinstance(fact.get("source"), str) else None,
+        visibility=fact["visibility"] if fact.get("visibility") in VISIBILITIES else "private",
     )
 
 
@@ -144,6 +145,8 @@ def _timestamp(value: datetime | None) -> float:
 
 def _matches(fact: FactRecord, where: FactFilter) -> bool:
     if where.category is not None and fact.category != where.category:
+        return False
+    if where.visibility is not None and fact.visibility != where.visibility:
         return False
     if where.min_confidence is not None and fact.confidence < where.min_confidence:
         return False

@@ -64,6 +64,11 @@ def database_url_from_config(config: MemoryConfig) -> str:
     return f"sqlite:///{data_dir_of(config) / DEFAULT_SQLITE_FILE}"
 
 
+def operator_url_from_config(config: MemoryConfig) -> str:
+    """``operator_database_url`` when set, else the application's URL (``database_url_from_config``)."""
+    return config.operator_database_url or database_url_from_config(config)
+
+
 def mask_url(url: str | URL) -> str:
     """The URL with any password replaced by ``***``: the only form that may reach logs or output.
 

@@ -33,6 +33,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import groupby
 from time import monotonic
 from typing import Any
 
@@ -41,8 +42,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from memstore.document import as_utc
 from memstore.retention import FactSignals
-from memstore.scope import Scope
+from memstore.scope import Identity, Scope
 from memstore.storage.sql.documents.statements import SCOPE_ID, WRITE_TIMEOUTS, scope_keys
+from memstore.storage.sql.identity import set_identity
 from memstore.storage.sql.schema.models import facts_table as _facts
 
 logger = logging.getLogger(__name__)
@@ -80,8 +82,8 @@ SIGNALS_QUERY = select(
     _facts.c.fact_id, _facts.c.last_confirmed_at, _facts.c.last_accessed_at, _facts.c.access_count
 ).where(_facts.c.scope_id == SCOPE_ID, _facts.c.deleted_revision.is_(None))
 
-_Key = tuple[str, str, str]
-"""``(user_key, agent_key, fact_id)``, the scope as ``scope_keys`` binds it."""
+_Key = tuple[str, str, str, str]
+"""``(tenant_key, user_key, agent_key, fact_id)``, the scope as ``scope_keys`` binds it."""
 
 
 @dataclass(slots=True)
@@ -115,7 +117,7 @@ class AccessRecorder:
         self._dropping = False
         _recorders.add(self)
 
-    def record(self, scope: Scope, fact_ids: Iterable[str]) -> None:
+    def record(self, tenant_id: str, scope: Scope, fact_ids: Iterable[str]) -> None:
         """Count one access of each fact of ``scope``; memory only, safe to call on every request."""
         user_key, agent_key = scope[0] or "", scope[1] or ""
         now = datetime.now(UTC)
@@ -125,12 +127,12 @@ class AccessRecorder:
             for fact_id in fact_ids:
                 if not _storable(fact_id):
                     continue
-                entry = pending.get((user_key, agent_key, fact_id))
+                entry = pending.get((tenant_id, user_key, agent_key, fact_id))
                 if entry is not None:
                     entry.count += 1
                     entry.at = now
                 elif len(pending) < MAX_PENDING:
-                    pending[(user_key, agent_key, fact_id)] = _Pending(1, now)
+                    pending[(tenant_id, user_key, agent_key, fact_id)] = _Pending(1, now)
                 else:
                     dropped = True
             if pending and self._stop is None:
@@ -191,7 +193,14 @@ class AccessRecorder:
     def _write(self, conn: Connection, batch: dict[_Key, _Pending]) -> None:
         # Sorted, so concurrent flushers in other processes take row locks in the same order.
         rows = [
-            {"user_key": key[0], "agent_key": key[1], "b_fact_id": key[2], "b_count": e.count, "b_at": e.at}
+            {
+                "tenant_key": key[0],
+                "user_key": key[1],
+                "agent_key": key[2],
+                "b_fact_id": key[3],
+                "b_count": e.count,
+                "b_at": e.at,
+            }
             for key, e in sorted(batch.items(), key=lambda item: item[0])
         ]
         conn.execution_options(**self._write_options)
@@ -201,7 +210,13 @@ class AccessRecorder:
                     WRITE_TIMEOUTS,
                     {"lock_timeout": FLUSH_LOCK_TIMEOUT, "statement_timeout": FLUSH_STATEMENT_TIMEOUT},
                 )
-            conn.execute(RECORD_ACCESS, rows)
+            # One statement per (tenant, user): each runs under that identity, which is what
+            # PostgreSQL's row-level security lets write the user's facts.
+            for (tenant_id, user_key), group in groupby(
+                rows, key=lambda row: (row["tenant_key"], row["user_key"])
+            ):
+                set_identity(conn, Identity(tenant_id, user_key or None))
+                conn.execute(RECORD_ACCESS, list(group))
 
     def _keep(self, batch: dict[_Key, _Pending]) -> None:
         """Put a failed batch back, merged with what was counted meanwhile, within the cap."""
@@ -247,9 +262,9 @@ def _storable(fact_id: object) -> bool:
     return isinstance(fact_id, str) and 0 < len(fact_id) <= MAX_FACT_ID_CHARS and fact_id.isprintable()
 
 
-def fact_signals(conn: Connection, scope: Scope) -> dict[str, FactSignals]:
+def fact_signals(conn: Connection, tenant_id: str, scope: Scope) -> dict[str, FactSignals]:
     """The retention signals of the scope's live facts, by fact id (flushed counts only)."""
-    rows = conn.execute(SIGNALS_QUERY, scope_keys(scope)).all()
+    rows = conn.execute(SIGNALS_QUERY, scope_keys(scope, tenant_id)).all()
     return {
         row.fact_id: FactSignals(
             last_confirmed_at=as_utc(row.last_confirmed_at),

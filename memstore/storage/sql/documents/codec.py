@@ -36,10 +36,23 @@ from memstore.document import (
 )
 from memstore.errors import MalformedDocumentError
 from memstore.storage.limits import MAX_NESTING, nests_deeper
+from memstore.storage.sql.documents.grants import PRIVATE, Grants, fact_access
+from memstore.storage.sql.documents.json_values import copy_json
 
 RESERVED_KEY = "$memstore"
 INCARNATION_KEY = "incarnation"
-FACT_FIELDS = ("id", "content", "category", "confidence", "createdAt", "source", "sourceError")
+FACT_FIELDS = (
+    "id",
+    "content",
+    "category",
+    "confidence",
+    "createdAt",
+    "source",
+    "sourceError",
+    "visibility",
+    "allowedUsers",
+    "allowedRoles",
+)
 SECTION_FIELDS = ("summary", "updatedAt")
 MAX_FACT_ID = 64
 MAX_CATEGORY = 64
@@ -60,6 +73,8 @@ class FactValues:
     source: str | None
     source_error: str | None
     extra: dict[str, Any]
+    visibility: str = PRIVATE
+    grants: Grants = ()
 
     @property
     def content_key(self) -> str:
@@ -75,6 +90,8 @@ class FactValues:
             and self.created_at == other.created_at
             and self.source == other.source
             and self.source_error == other.source_error
+            and self.visibility == other.visibility
+            and self.grants == other.grants
             and canonical_json(self.extra) == canonical_json(other.extra)
         )
 
@@ -212,18 +229,6 @@ def _lax_keys(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(key for key, value in raw.items() if value is not None and type(value) is not str)
 
 
-def copy_json(value: Any) -> Any:
-    """A deep copy of JSON-shaped data, several times faster than ``copy.deepcopy``.
-
-    Scalars (nearly every value in a document) are taken as they are, without a call per value.
-    """
-    if isinstance(value, dict):
-        return {key: item if type(item) in _SCALARS else copy_json(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [item if type(item) in _SCALARS else copy_json(item) for item in value]
-    return value
-
-
 def _with_overrides(
     base: Mapping[str, object], given: Mapping[str, Any], fields: tuple[str, ...]
 ) -> dict[str, Any]:
@@ -276,6 +281,12 @@ def _fact_base(values: FactValues) -> dict[str, Any]:
         base["source"] = values.source
     if values.source_error is not None:
         base["sourceError"] = values.source_error
+    if values.visibility != PRIVATE:
+        base["visibility"] = values.visibility
+    for kind, key in (("user", "allowedUsers"), ("role", "allowedRoles")):
+        names = [grantee for grantee_kind, grantee in values.grants if grantee_kind == kind]
+        if names:
+            base[key] = names
     return base
 
 
@@ -292,6 +303,7 @@ def encode_fact(raw: Mapping[str, Any], fact_id: str) -> FactValues:
     category = given.get("category")
     source = given.get("source")
     source_error = given.get("sourceError")
+    visibility, grants = fact_access(given)
     values = FactValues(
         fact_id=_storable(fact_id),
         content=_storable(given["content"]),
@@ -303,6 +315,8 @@ def encode_fact(raw: Mapping[str, Any], fact_id: str) -> FactValues:
         source=_storable(source) if isinstance(source, str) and len(source) <= MAX_SOURCE else None,
         source_error=_storable(source_error) if isinstance(source_error, str) else None,
         extra={},
+        visibility=visibility,
+        grants=grants,
     )
     # ``extra`` depends on what the columns reproduce, so it is filled in once they are known.
     values.extra.update(_with_overrides(_fact_base(values), given, FACT_FIELDS))
@@ -430,8 +444,3 @@ def _parse_facts(raw_facts: object, known_facts: Mapping[str, KnownFact]) -> lis
         seen_ids.add(fact_id)
         facts.append(IncomingFact(encode_fact(raw, fact_id), given_id is None))
     return facts
-
-
-def json_object(value: object) -> dict[str, Any]:
-    """An ``extra`` column's value as a dict; anything else (NULL, a stray scalar) reads as empty."""
-    return value if isinstance(value, dict) else {}

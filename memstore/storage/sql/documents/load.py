@@ -31,8 +31,9 @@ from memstore.storage.sql.documents.codec import (
     SectionValues,
     decode_fact,
     decode_section,
-    json_object,
 )
+from memstore.storage.sql.documents.grants import PRIVATE, parse_grants
+from memstore.storage.sql.documents.json_values import json_object
 from memstore.storage.sql.documents.snapshot import Snapshot, snapshot_of
 from memstore.storage.sql.schema.models import Timestamp
 
@@ -50,14 +51,25 @@ _SCOPE = (
     "s.id AS scope_id, s.revision, s.version, s.created_at AS scope_created_at, "
     "s.updated_at AS scope_updated_at"
 )
-_WHERE = "coalesce(s.user_id, '') = :user_key AND coalesce(s.agent_name, '') = :agent_key"
+_WHERE = (
+    "s.tenant_id = :tenant_key AND coalesce(s.user_id, '') = :user_key "
+    "AND coalesce(s.agent_name, '') = :agent_key"
+)
+# A shared fact's grants as ``kind:name,kind:name`` (``grants.parse_grants``); NULL for the others.
+_GRANTS = (
+    "CASE WHEN f.visibility = 'shared' THEN (SELECT {aggregate}(g.grantee_kind || ':' || g.grantee, ',') "
+    "FROM memory_fact_grants g WHERE g.fact_row_id = f.id) END"
+)
 _LIVE = "FROM memory_facts f WHERE f.scope_id = s.id AND f.deleted_revision IS NULL"
 _SQLITE_ITEM = _FACT_ITEM.format(
     confidence=f"CASE WHEN {_EXACT} THEN CAST({_SCALED} AS BIGINT) END", created_at="f.created_at"
 )
+_SQLITE_GRANTS = _GRANTS.format(aggregate="group_concat")
+_PG_GRANTS = _GRANTS.format(aggregate="string_agg")
 _SQLITE_LOAD = f"""
 SELECT {_SCOPE},
-  (SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra)) {_LIVE}) AS facts,
+  (SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra, f.visibility, {_SQLITE_GRANTS}))
+     {_LIVE}) AS facts,
   (SELECT json_group_array(json_array(c.section, c.summary, c.updated_at, c.extra))
      FROM memory_sections c WHERE c.scope_id = s.id) AS sections
 FROM memory_scopes s WHERE {_WHERE}
@@ -72,7 +84,8 @@ _PG_ITEM = _FACT_ITEM.format(
 _PG_SECTION = f"c.section, c.summary, {_PG_STAMP.format('c.updated_at')}, c.extra::text"
 _POSTGRESQL_LOAD = f"""
 SELECT {_SCOPE},
-  (SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text))::text {_LIVE}) AS facts,
+  (SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text, f.visibility, {_PG_GRANTS}))::text {_LIVE})
+     AS facts,
   (SELECT json_agg(json_build_array({_PG_SECTION}))::text
      FROM memory_sections c WHERE c.scope_id = s.id) AS sections
 FROM memory_scopes s WHERE {_WHERE}
@@ -121,7 +134,9 @@ def _extra(value: object) -> dict[str, Any]:
 
 
 def _fact_values(item: list[Any]) -> FactValues:
-    _, fact_id, content, category, confidence, created_at, source, source_error, extra = item
+    _, fact_id, content, category, confidence, created_at, source, source_error, extra, visibility, grants = (
+        item
+    )
     return FactValues(
         fact_id,
         content,
@@ -131,13 +146,15 @@ def _fact_values(item: list[Any]) -> FactValues:
         source,
         source_error,
         _extra(extra),
+        visibility,
+        parse_grants(grants),
     )
 
 
 def _document_fact(item: list[Any]) -> dict[str, Any]:
     """``codec.decode_fact`` of the item, without building its ``FactValues`` when it has no ``extra``."""
-    _, fact_id, content, category, confidence, created_at, source, source_error, extra = item
-    if extra != "{}":
+    _, fact_id, content, category, confidence, created_at, source, source_error, extra, visibility, _ = item
+    if extra != "{}" or visibility != PRIVATE:
         return decode_fact(_fact_values(item))
     fact = {"id": fact_id, "content": content, "category": category, "confidence": confidence}
     if created_at is not None:

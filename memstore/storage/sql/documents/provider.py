@@ -20,13 +20,16 @@ over the stored rows.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
@@ -39,15 +42,16 @@ from memstore.errors import (
     StorageUnavailableError,
 )
 from memstore.metrics import FACTS_EVICTED, timed_storage
-from memstore.retention import FactSignals, RetentionPolicy
-from memstore.scope import Scope, resolve_scope, scope_label
+from memstore.retention import RetentionPolicy
+from memstore.scope import DEFAULT_IDENTITY, Identity, Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
-from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
 from memstore.storage.sql.documents import access
 from memstore.storage.sql.documents.cache import CacheEntry, entry_after, stamp
-from memstore.storage.sql.documents.codec import IncomingDocument, copy_json, parse_document
+from memstore.storage.sql.documents.codec import IncomingDocument, parse_document
+from memstore.storage.sql.documents.json_values import copy_json
 from memstore.storage.sql.documents.load import LOAD_STATEMENTS, read_entry
 from memstore.storage.sql.documents.merge import Cap
+from memstore.storage.sql.documents.signals import SqlSignals
 from memstore.storage.sql.documents.statements import (
     INSERT_SCOPE,
     LOCK_QUERY,
@@ -58,7 +62,6 @@ from memstore.storage.sql.documents.statements import (
     scope_keys,
 )
 from memstore.storage.sql.documents.write import (
-    annotate_deletions,
     apply_plan,
     audit_folds,
     complete_leased,
@@ -78,20 +81,29 @@ from memstore.storage.sql.engine import (
     is_outage,
     mask_url,
 )
+from memstore.storage.sql.identity import (
+    TIMEOUTS_AND_IDENTITY,
+    identity_parameters,
+    policies_apply,
+    reading,
+)
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.queue.table import QueueLease
 from memstore.storage.sql.schema.migrate import prepare_once
-from memstore.storage.sql.search import queries
+from memstore.storage.sql.search.operations import SqlQueries
 from memstore.storage.sql.search.vector_store import SqlVectorStore
 
 logger = logging.getLogger(__name__)
+
+TenantScope = tuple[str, str | None, str | None]
+"""``(tenant_id, user_id, agent_name)``: what the cache keys on, so tenants never share an entry."""
 
 DEFAULT_ORIGIN = "unknown"
 CLEAR_ORIGIN = "erase"
 MAX_ORIGIN = 255
 
 
-class SqlMemoryStorage(MemoryStorage):
+class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
     """Memory documents in SQL; ``database_url`` defaults to the configured one (embedded SQLite)."""
 
     def __init__(self, database_url: str | None = None, *, max_facts: int | None = None) -> None:
@@ -117,7 +129,8 @@ class SqlMemoryStorage(MemoryStorage):
         )
         self._insert_scope = INSERT_SCOPE[self._engine.dialect.name]
         self._load = LOAD_STATEMENTS[self._engine.dialect.name]
-        self._cache: dict[Scope, CacheEntry] = {}
+        self._identity = DEFAULT_IDENTITY
+        self._cache: dict[TenantScope, CacheEntry] = {}
         self._lock = threading.Lock()
         self.vectors = SqlVectorStore(
             self._engine, self._reader, write_options=self._write_options, unavailable=self._unavailable
@@ -138,6 +151,35 @@ class SqlMemoryStorage(MemoryStorage):
             raise self._unavailable(exc) from exc
 
     @property
+    def identity(self) -> Identity:
+        return self._identity
+
+    def for_identity(
+        self, tenant_id: str | None = None, roles: Iterable[str] | None = None
+    ) -> SqlMemoryStorage:
+        """A handle on the same engine, cache and vectors that acts inside ``tenant_id`` with ``roles``."""
+        identity = Identity.of(None, tenant_id=tenant_id, roles=roles)
+        if identity == self._identity:
+            return self
+        handle = copy.copy(self)
+        handle._identity = identity
+        handle.vectors = self.vectors.for_identity(identity)
+        return handle
+
+    def _key(self, scope: Scope) -> TenantScope:
+        return (self._identity.tenant_id, *scope)
+
+    def _acting(self, user_id: str | None) -> Identity:
+        return replace(self._identity, user_id=user_id)
+
+    @contextmanager
+    def _reading(self, user_id: str | None) -> Iterator[Connection]:
+        """A connection for one read: autocommit, or a transaction that sets the identity first
+        when row-level security applies to this role (``identity.py``)."""
+        with reading(self._engine, self._reader, self._acting(user_id)) as conn:
+            yield conn
+
+    @property
     def engine(self) -> Engine:
         """The process's engine for this database (the durable queue shares it)."""
         return self._engine
@@ -154,49 +196,15 @@ class SqlMemoryStorage(MemoryStorage):
         with self._lock:
             self._cache.clear()
 
-    def record_access(self, agent_name: str | None, *, user_id: str | None, fact_ids: Iterable[str]) -> None:
-        """Count an access of the facts (in memory; written in batches by ``access.AccessRecorder``)."""
-        if self._access is not None:
-            self._access.record(resolve_scope(agent_name, user_id), fact_ids)
-
-    def flush_access(self, *, due_only: bool = False) -> int:
-        """Write the pending access counts now; how many facts were written (see ``access.py``)."""
-        return 0 if self._access is None else self._access.flush(due_only=due_only)
-
-    def fact_signals(
-        self, agent_name: str | None = None, *, user_id: str | None = None
-    ) -> dict[str, FactSignals]:
-        """Retention signals of the scope's live facts by id, as flushed (one SELECT)."""
-        try:
-            with self._reader.connect() as conn:
-                return access.fact_signals(conn, resolve_scope(agent_name, user_id))
-        except DBAPIError as exc:
-            raise self._unavailable(exc) from exc
-
-    def annotate_removals(
-        self, agent_name: str | None, *, user_id: str | None, details: Mapping[str, Mapping[str, Any]]
-    ) -> None:
-        """Record why facts went on their latest deletion rows, for a host that evicts itself (DeerMem).
-
-        Only rows without a ``detail`` are annotated, so a reason memstore recorded is never replaced.
-        """
-        if not details:
-            return
-        try:
-            with self._engine.begin() as conn:
-                annotate_deletions(conn, resolve_scope(agent_name, user_id), details)
-        except DBAPIError as exc:
-            raise self._unavailable(exc, "annotate the audit trail") from exc
-
     @timed_storage("load")
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         scope = resolve_scope(agent_name, user_id)
         with self._lock:
-            cached = self._cache.get(scope)
+            cached = self._cache.get(self._key(scope))
         try:
             if cached is not None:
-                with self._reader.connect() as conn:
-                    row = conn.execute(STAMP_QUERY, scope_keys(scope)).first()
+                with self._reading(scope[0]) as conn:
+                    row = conn.execute(STAMP_QUERY, scope_keys(scope, self._identity.tenant_id)).first()
                 if row is not None and stamp(row) == cached.stamp:
                     return cast(MemoryDocument, copy_json(cached.document))
             return self._read(scope)
@@ -253,7 +261,7 @@ class SqlMemoryStorage(MemoryStorage):
         """
         scope = resolve_scope(agent_name, user_id)
         with self._lock:
-            cached = self._cache.get(scope)
+            cached = self._cache.get(self._key(scope))
         try:
             if cached is None:
                 incoming = parse_document(memory)
@@ -278,56 +286,21 @@ class SqlMemoryStorage(MemoryStorage):
             return self._write_failed(exc, scope, "save memory")
         if saved is not None:
             with self._lock:
-                self._cache[scope] = saved
+                self._cache[self._key(scope)] = saved
         return True
 
     def _read(self, scope: Scope) -> MemoryDocument:
-        with self._reader.connect() as conn:
-            cached = read_entry(conn, self._load, scope_keys(scope))
+        with self._reading(scope[0]) as conn:
+            cached = read_entry(conn, self._load, scope_keys(scope, self._identity.tenant_id))
         if cached is None:
             with self._lock:
-                self._cache.pop(scope, None)
+                self._cache.pop(self._key(scope), None)
             document = unstored_memory()
             document["revision"] = 0
             return document
         with self._lock:
-            self._cache[scope] = cached
+            self._cache[self._key(scope)] = cached
         return cast(MemoryDocument, copy_json(cached.document))
-
-    # --- StorageOperations (memstore.ops.queries): cross-scope reads and maintenance -------------
-
-    def query_facts(
-        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
-    ) -> FactPage:
-        return queries.query_facts(
-            self._reader,
-            where,
-            search=search,
-            limit=limit,
-            offset=offset,
-            order=order,
-            policy=self._retention,
-        )
-
-    def stats(self) -> MemoryStats:
-        return queries.memory_stats(self._reader)
-
-    def list_scopes(self, user_id: str | None = None) -> list[Scope]:
-        return queries.list_scopes(self._reader, user_id)
-
-    def history(self, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
-        return queries.fact_history(self._reader, where, fact_id=fact_id, limit=limit)
-
-    def erase_user(self, user_id: str) -> dict[str, int]:
-        counts = maintenance.erase_user(self._engine, user_id, datetime.now(UTC))
-        self.vectors.forget_user(user_id)
-        with self._lock:
-            for scope in [scope for scope in self._cache if scope[0] == user_id]:
-                del self._cache[scope]
-        return counts
-
-    def vacuum(self, cutoff: datetime) -> dict[str, int]:
-        return maintenance.vacuum(self._engine, cutoff)
 
     def clear(self, agent_name: str | None = None, *, user_id: str | None = None) -> bool:
         """Empty the scope and stamp ``cleared_at``, so updates captured earlier are dropped."""
@@ -337,7 +310,7 @@ class SqlMemoryStorage(MemoryStorage):
         except SQLAlchemyError as exc:
             return self._write_failed(exc, scope, "clear memory")
         with self._lock:
-            self._cache.pop(scope, None)
+            self._cache.pop(self._key(scope), None)
         return True
 
     def _write(
@@ -358,24 +331,31 @@ class SqlMemoryStorage(MemoryStorage):
 
         ``cached`` is the cache entry ``incoming`` was parsed against, for the fast path.
         """
-        keys = scope_keys(scope)
+        tenant_id = self._identity.tenant_id
+        keys = scope_keys(scope, tenant_id)
         now = datetime.now(UTC)
         with self._engine.connect() as conn:
             conn.execution_options(**self._write_options)
             with conn.begin() as transaction:
-                if conn.dialect.name == "postgresql":
+                if conn.dialect.name == "postgresql" and policies_apply(self._engine):
+                    settings = {**self._pg_timeouts, **identity_parameters(self._acting(scope[0]))}
+                    conn.execute(TIMEOUTS_AND_IDENTITY, settings)
+                elif conn.dialect.name == "postgresql":
                     conn.execute(WRITE_TIMEOUTS, self._pg_timeouts)
                 scope_row = conn.execute(LOCK_QUERY, keys).first()
                 created = scope_row is None
                 if scope_row is None:
                     # No row to lock yet: serialise with an erase of this user, which could not see
                     # the scope this transaction is about to create (PostgreSQL; SQLite has one writer).
-                    maintenance.lock_user(conn, scope[0])
+                    maintenance.lock_user(conn, scope[0], tenant_id)
                     conn.execute(
-                        self._insert_scope, {"user_id": scope[0], "agent_name": scope[1], "now": now}
+                        self._insert_scope,
+                        {"tenant_id": tenant_id, "user_id": scope[0], "agent_name": scope[1], "now": now},
                     )
                     scope_row = conn.execute(LOCK_QUERY, keys).one()
-                refusal = late_write(conn, scope, scope_row, incoming, captured_at, created=created)
+                refusal = late_write(
+                    conn, tenant_id, scope, scope_row, incoming, captured_at, created=created
+                )
                 if refusal is not None:
                     transaction.rollback()
                     logger.warning("memory update (%s) dropped: %s", scope_label(scope), refusal)
@@ -384,10 +364,17 @@ class SqlMemoryStorage(MemoryStorage):
                     conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
                 if confirmed and not created:  # first, so the cap ranks them as confirmed
                     confirm_facts(conn, scope_row.scope_id, confirmed, now)
-                inherited = inherited_signals(conn, scope, removals) if removals and not created else {}
+                inherited = (
+                    inherited_signals(conn, tenant_id, scope, removals) if removals and not created else {}
+                )
                 cap = Cap(self._max_facts, self._retention, now, inherited)
                 plan = plan_save(
-                    conn, scope_row, incoming, cached, cap, lambda: access.fact_signals(conn, scope)
+                    conn,
+                    scope_row,
+                    incoming,
+                    cached,
+                    cap,
+                    lambda: access.fact_signals(conn, tenant_id, scope),
                 )
                 for fact_id in plan.tombstones:
                     if fact_id not in plan.removal_detail and removals and fact_id in removals:
@@ -418,7 +405,7 @@ class SqlMemoryStorage(MemoryStorage):
                     )
                 if lease is not None:
                     complete_leased(transaction, conn, lease, now)
-                apply_plan(conn, scope_row.scope_id, plan, now, origin)
+                apply_plan(conn, tenant_id, scope_row.scope_id, plan, now, origin)
                 if folded:  # after the plan: a fold into a fact this save inserts follows its insert
                     audit_folds(conn, scope_row.scope_id, plan.revision, now, origin, folded)
                 inherit_signals(conn, scope_row.scope_id, inherited)

@@ -12,6 +12,7 @@ from sqlalchemy import (
     JSON,
     and_,
     bindparam,
+    delete,
     func,
     insert,
     literal_column,
@@ -25,6 +26,7 @@ from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
 from memstore.scope import Scope, validate_user_id
 from memstore.storage.sql.schema.models import facts_table as _facts
+from memstore.storage.sql.schema.models import grants_table as _grants
 from memstore.storage.sql.schema.models import history_table as _history
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import sections_table as _sections
@@ -32,6 +34,7 @@ from memstore.storage.sql.schema.models import sections_table as _sections
 # Literal '' (not a bound parameter) so the predicate matches the COALESCE unique index.
 _EMPTY: ColumnClause[Any] = literal_column("''")
 SCOPE_MATCH = and_(
+    _scopes.c.tenant_id == bindparam("tenant_key"),
     func.coalesce(_scopes.c.user_id, _EMPTY) == bindparam("user_key"),
     func.coalesce(_scopes.c.agent_name, _EMPTY) == bindparam("agent_key"),
 )
@@ -101,6 +104,7 @@ _STORED_FACT = select(
     _facts.c.last_confirmed_at,
     _facts.c.last_accessed_at,
     _facts.c.access_count,
+    _facts.c.visibility,
 )
 _NAMED = _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True))
 # Live rows plus the tombstones of ids the document mentions: never the whole tombstone history.
@@ -123,6 +127,7 @@ FACT_COLUMNS = (
     "source",
     "source_error",
     "extra",
+    "visibility",
     "updated_revision",
 )
 # Fact rows are addressed by (scope_id, fact_id), unique per scope: plans need no row ids.
@@ -250,6 +255,7 @@ def _insert_scope(dialect: Any) -> Any:
     return (
         dialect.insert(_scopes)
         .values(
+            tenant_id=bindparam("tenant_id"),
             user_id=bindparam("user_id"),
             agent_name=bindparam("agent_name"),
             revision=0,
@@ -263,6 +269,32 @@ def _insert_scope(dialect: Any) -> Any:
 INSERT_SCOPE = {"sqlite": _insert_scope(sqlite), "postgresql": _insert_scope(postgresql)}
 
 
-def scope_keys(scope: Scope) -> dict[str, str]:
+def scope_keys(scope: Scope, tenant_id: str) -> dict[str, str]:
     """Bind parameters of the scope predicate: ``''`` stands for NULL, as in the unique index."""
-    return {"user_key": scope[0] or "", "agent_key": scope[1] or ""}
+    return {"tenant_key": tenant_id, "user_key": scope[0] or "", "agent_key": scope[1] or ""}
+
+
+def tenant_is(tenant_id: str) -> ColumnElement[bool]:
+    """``memory_scopes.tenant_id = tenant_id``: every read across scopes stays inside one tenant."""
+    return _scopes.c.tenant_id == tenant_id
+
+
+# A shared fact's grants, written after its row (``write.write_grants``): replaced as a whole.
+_FACT_ROW_ID = (
+    select(_facts.c.id)
+    .where(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_fact_id"))
+    .scalar_subquery()
+)
+DELETE_GRANTS = delete(_grants).where(_grants.c.fact_row_id == _FACT_ROW_ID)
+INSERT_GRANT = insert(_grants).values(
+    fact_row_id=_FACT_ROW_ID,
+    grantee_kind=bindparam("b_kind"),
+    grantee=bindparam("b_grantee"),
+    scope_id=bindparam("b_scope_id"),
+    tenant_id=bindparam("b_tenant_id"),
+)
+GRANTS_QUERY = (
+    select(_facts.c.fact_id, _grants.c.grantee_kind, _grants.c.grantee)
+    .join(_facts, _facts.c.id == _grants.c.fact_row_id)
+    .where(_grants.c.scope_id == bindparam("scope_id"))
+)

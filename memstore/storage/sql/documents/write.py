@@ -17,14 +17,23 @@ from memstore.retention import FactSignals
 from memstore.scope import Scope
 from memstore.storage.sql.documents import access
 from memstore.storage.sql.documents.cache import AnyRow, CacheEntry, incarnation, stamp_of
-from memstore.storage.sql.documents.codec import FactValues, IncomingDocument, SectionValues, json_object
+from memstore.storage.sql.documents.codec import (
+    FactValues,
+    IncomingDocument,
+    SectionValues,
+)
+from memstore.storage.sql.documents.grants import SHARED, Grants
+from memstore.storage.sql.documents.json_values import json_object
 from memstore.storage.sql.documents.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
 from memstore.storage.sql.documents.snapshot import plan_from_snapshot
 from memstore.storage.sql.documents.statements import (
     ANNOTATE_DELETION,
     CONFIRM_FACTS,
+    DELETE_GRANTS,
     FACTS_QUERY,
+    GRANTS_QUERY,
     INSERT_FACTS,
+    INSERT_GRANT,
     INSERT_HISTORY,
     MAX_BOUND_IDS,
     MOVE_FACT,
@@ -44,6 +53,7 @@ from memstore.storage.sql.schema.models import sections_table
 
 def late_write(
     conn: Connection,
+    tenant_id: str,
     scope: Scope,
     scope_row: AnyRow,
     incoming: IncomingDocument,
@@ -71,7 +81,7 @@ def late_write(
     cleared = as_utc(scope_row.cleared_at)
     if cleared is not None and cleared > captured_at:
         return "the scope was cleared after the conversation was captured"
-    erased = as_utc(maintenance.erased_at(conn, scope[0])) if scope[0] is not None else None
+    erased = as_utc(maintenance.erased_at(conn, scope[0], tenant_id)) if scope[0] is not None else None
     if erased is not None and erased > captured_at:
         return "the user was erased after the conversation was captured"
     return None
@@ -109,10 +119,11 @@ def plan_save(
     rows = list(conn.execute(FACTS_QUERY, {"scope_id": scope_id, "fact_ids": fact_ids[:MAX_BOUND_IDS]}))
     for ids in _chunks(fact_ids[MAX_BOUND_IDS:]):
         rows.extend(conn.execute(TOMBSTONES_QUERY, {"scope_id": scope_id, "fact_ids": ids}))
+    grants = _stored_grants(conn, scope_id) if any(row.visibility == SHARED for row in rows) else {}
     facts = [
         StoredFact(
             row_id=row.id,
-            values=_fact_values(row),
+            values=_fact_values(row, grants.get(row.fact_id, ())),
             position=row.position,
             added_revision=row.added_revision,
             updated_revision=row.updated_revision,
@@ -145,7 +156,38 @@ def complete_leased(transaction: RootTransaction, conn: Connection, lease: Queue
     lease.settled = True
 
 
-def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, origin: str) -> None:
+def _stored_grants(conn: Connection, scope_id: int) -> dict[str, Grants]:
+    found: dict[str, list[tuple[str, str]]] = {}
+    for fact_id, kind, grantee in conn.execute(GRANTS_QUERY, {"scope_id": scope_id}):
+        found.setdefault(fact_id, []).append((kind, grantee))
+    return {fact_id: tuple(sorted(pairs)) for fact_id, pairs in found.items()}
+
+
+def write_grants(conn: Connection, tenant_id: str, scope_id: int, written: Sequence[FactValues]) -> None:
+    """Replace the grants of the shared facts a save wrote. A fact that stopped being shared keeps
+    its old grant rows, inert: every policy and query reads grants only for shared facts."""
+    shared = [values for values in written if values.visibility == SHARED]
+    if not shared:
+        return
+    conn.execute(DELETE_GRANTS, [{"b_scope_id": scope_id, "b_fact_id": values.fact_id} for values in shared])
+    rows = [
+        {
+            "b_scope_id": scope_id,
+            "b_fact_id": values.fact_id,
+            "b_kind": kind,
+            "b_grantee": grantee,
+            "b_tenant_id": tenant_id,
+        }
+        for values in shared
+        for kind, grantee in values.grants
+    ]
+    if rows:
+        conn.execute(INSERT_GRANT, rows)
+
+
+def apply_plan(
+    conn: Connection, tenant_id: str, scope_id: int, plan: MergePlan, now: datetime, origin: str
+) -> None:
     """Write the plan: tombstones first, so a re-added content key never meets its old live row."""
     revision = plan.revision
     for ids in _chunks(plan.tombstones):
@@ -168,6 +210,7 @@ def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, 
             [
                 {
                     "scope_id": scope_id,
+                    "tenant_id": tenant_id,
                     "fact_id": values.fact_id,
                     **_columns(values),
                     "position": position,
@@ -177,6 +220,7 @@ def apply_plan(conn: Connection, scope_id: int, plan: MergePlan, now: datetime, 
                 for values, position in plan.inserts
             ],
         )
+    write_grants(conn, tenant_id, scope_id, [values for values, _ in (*plan.updates, *plan.inserts)])
     if plan.section_inserts:
         conn.execute(
             insert(sections_table),
@@ -272,15 +316,17 @@ def vanished_fold_targets(plan: MergePlan, folded: Mapping[str, object] | None) 
     return folded.keys() - {values.fact_id for values in plan.facts}
 
 
-def annotate_deletions(conn: Connection, scope: Scope, details: Mapping[str, Mapping[str, Any]]) -> None:
+def annotate_deletions(
+    conn: Connection, tenant_id: str, scope: Scope, details: Mapping[str, Mapping[str, Any]]
+) -> None:
     """Put ``details`` on the deletions the scope's latest save made (``ANNOTATE_DELETION``)."""
-    keys = scope_keys(scope)
+    keys = scope_keys(scope, tenant_id)
     rows = [{**keys, "b_fact_id": fact_id, "b_detail": dict(detail)} for fact_id, detail in details.items()]
     conn.execute(ANNOTATE_DELETION, rows)
 
 
 def inherited_signals(
-    conn: Connection, scope: Scope, removals: Mapping[str, Mapping[str, Any]]
+    conn: Connection, tenant_id: str, scope: Scope, removals: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, FactSignals]:
     """The signals each merged fact takes over from the sources ``removals`` says it replaced.
 
@@ -294,7 +340,7 @@ def inherited_signals(
             sources.setdefault(into, []).append(fact_id)
     if not sources:
         return {}
-    live = access.fact_signals(conn, scope)
+    live = access.fact_signals(conn, tenant_id, scope)
     merged: dict[str, FactSignals] = {}
     for into, ids in sources.items():
         found = [live[fact_id] for fact_id in ids if fact_id in live]
@@ -342,6 +388,7 @@ def _columns(values: FactValues) -> dict[str, Any]:
         "source": values.source,
         "source_error": values.source_error,
         "extra": values.extra,
+        "visibility": values.visibility,
     }
 
 
@@ -353,7 +400,7 @@ def _fact_row(scope_id: int, values: FactValues, position: int, revision: int) -
     return params
 
 
-def _fact_values(row: AnyRow) -> FactValues:
+def _fact_values(row: AnyRow, grants: Grants) -> FactValues:
     return FactValues(
         fact_id=row.fact_id,
         content=row.content,
@@ -363,4 +410,6 @@ def _fact_values(row: AnyRow) -> FactValues:
         source=row.source,
         source_error=row.source_error,
         extra=json_object(row.extra),
+        visibility=row.visibility,
+        grants=grants,
     )

@@ -8,6 +8,8 @@ so foreign keys, revisions and tombstones come back exactly as they were.
 
 The durable queue's tables are not memory but work in flight (conversation text waiting for the
 updater, leases held by this deployment's workers), so they are neither read nor written.
+Every tenant's rows are, so on PostgreSQL both directions run on the operator's connection
+(``operator.py``): the application's role would read and write only the identity it set.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ from sqlalchemy.engine import Row
 
 from memstore.errors import BackupError
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
+from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.schema.models import (
     embeddings_table,
     erasures_table,
     facts_table,
+    grants_table,
     history_table,
     queue_table,
     scopes_table,
@@ -56,6 +60,7 @@ BACKUP_TABLES: tuple[Table, ...] = (
     scopes_table,
     sections_table,
     facts_table,
+    grants_table,
     embeddings_table,
     history_table,
     erasures_table,
@@ -77,7 +82,7 @@ def read_snapshot(engine: Engine) -> Iterator[Connection]:
     PostgreSQL: REPEATABLE READ. SQLite: a deferred transaction, whose first read fixes its
     snapshot (WAL), so counts and rows agree and writers are never blocked.
     """
-    with engine.connect() as conn:
+    with operator_engine(engine, "backup").connect() as conn:
         if engine.dialect.name == "postgresql":
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
@@ -87,7 +92,7 @@ def read_snapshot(engine: Engine) -> Iterator[Connection]:
 @contextmanager
 def write_transaction(engine: Engine) -> Iterator[Connection]:
     """One write transaction (``BEGIN IMMEDIATE`` on SQLite): a restore lands whole or not at all."""
-    with engine.connect() as conn:
+    with operator_engine(engine, "restore").connect() as conn:
         conn.execution_options(**{SQLITE_WRITE_OPTION: True})
         with conn.begin():
             yield conn

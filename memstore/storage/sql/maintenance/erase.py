@@ -2,7 +2,8 @@
 
 Both take the same per-scope write locks as a save (``BEGIN IMMEDIATE`` on SQLite, row locks
 on PostgreSQL) and either delete scope rows or leave live data untouched, so every process's
-cache notices through its revision stamp and no concurrent save can interleave.
+cache notices through its revision stamp and no concurrent save can interleave. Both cross
+tenants' rows, so on PostgreSQL they run on the operator's connection (``operator.py``).
 """
 
 from __future__ import annotations
@@ -13,38 +14,54 @@ from datetime import datetime
 from sqlalchemy import ColumnElement, Connection, Engine, Table, case, delete, func, insert, select, update
 from sqlalchemy.dialects import postgresql
 
+from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
 from memstore.storage.sql.documents.statements import user_is
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
-from memstore.storage.sql.queue import table as queue_table
+from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.schema.fts_schema import FTS_TABLE
+from memstore.storage.sql.schema.models import claims_table as _claims
 from memstore.storage.sql.schema.models import erasures_table as _erasures
 from memstore.storage.sql.schema.models import facts_table as _facts
+from memstore.storage.sql.schema.models import grants_table as _grants
 from memstore.storage.sql.schema.models import history_table as _history
+from memstore.storage.sql.schema.models import queue_table as _queue
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import sections_table as _sections
 
 
-def user_digest(user_id: str) -> str:
-    """The only trace of an erased user: enough to refuse its late updates, not to read its id."""
-    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()
+def erasure_digest(tenant_id: str, user_id: str) -> str:
+    """The only trace of an erased user: enough to refuse its late updates, not to read its id.
+
+    The default tenant's digest is the user id's alone, as before tenants, so erasures recorded
+    then still fence; any other tenant's covers ``tenant NUL user`` (NUL is in no valid id).
+    """
+    key = user_id if tenant_id == DEFAULT_TENANT_ID else f"{tenant_id}\0{user_id}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def erased_at(conn: Connection, user_id: str) -> datetime | None:
+def erased_at(conn: Connection, user_id: str, tenant_id: str = DEFAULT_TENANT_ID) -> datetime | None:
     return conn.execute(
-        select(_erasures.c.erased_at).where(_erasures.c.user_digest == user_digest(user_id))
+        select(_erasures.c.erased_at).where(_erasures.c.user_digest == erasure_digest(tenant_id, user_id))
     ).scalar_one_or_none()
 
 
-def lock_user(conn: Connection, user_id: str | None) -> None:
-    """PostgreSQL: a transaction lock on ``user_id`` that an erase and a save creating one of the
-    user's scopes both take, so neither misses the other. Transaction-scoped, so it is safe
-    behind connection poolers in transaction mode; a hash collision only serialises two users."""
+def lock_user(conn: Connection, user_id: str | None, tenant_id: str = DEFAULT_TENANT_ID) -> None:
+    """PostgreSQL: a transaction lock on the tenant's ``user_id`` that an erase and a save creating
+    one of the user's scopes both take, so neither misses the other. Transaction-scoped, so it is
+    safe behind connection poolers in transaction mode; a hash collision only serialises two users."""
     if user_id is not None and conn.dialect.name == "postgresql":
-        conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(user_id, 0))))
+        key = f"{tenant_id}/{user_id}"  # "/" is in no valid id
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
 
 
-def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
-    """Delete every row of ``user_id`` in one transaction; returns the rows deleted per table."""
+def erase_user(
+    engine: Engine, user_id: str, now: datetime, tenant_id: str = DEFAULT_TENANT_ID
+) -> dict[str, int]:
+    """Delete every row of ``user_id`` in ``tenant_id`` in one transaction, on the operator's
+    connection; returns the rows deleted per table. The same user id in another tenant is
+    another person and keeps its memory."""
+    tenant_id = validate_tenant_id(tenant_id)
+    engine = operator_engine(engine, "erase")
     sqlite = engine.dialect.name == "sqlite"
     with engine.connect() as conn:
         if sqlite:
@@ -56,26 +73,48 @@ def erase_user(engine: Engine, user_id: str, now: datetime) -> dict[str, int]:
         conn.execution_options(**{SQLITE_WRITE_OPTION: True})
         try:
             with conn.begin():
-                lock_user(conn, user_id)
+                lock_user(conn, user_id, tenant_id)
                 scope_ids = list(
-                    conn.execute(select(_scopes.c.id).where(user_is(user_id)).with_for_update())
+                    conn.execute(
+                        select(_scopes.c.id)
+                        .where(user_is(user_id), _scopes.c.tenant_id == tenant_id)
+                        .with_for_update()
+                    )
                     .scalars()
                     .all()
                 )
                 counts = {
                     "memory_history": _delete(conn, _history, scope_ids),
+                    # The user's own grants go with its facts; these name it on others' facts.
+                    "memory_fact_grants": _delete(conn, _grants, scope_ids)
+                    + _delete_where(
+                        conn,
+                        _grants,
+                        (_grants.c.tenant_id == tenant_id)
+                        & (_grants.c.grantee_kind == "user")
+                        & (_grants.c.grantee == user_id),
+                    ),
                     "memory_facts": _delete(conn, _facts, scope_ids),
                     "memory_sections": _delete(conn, _sections, scope_ids),
                     "memory_scopes": conn.execute(
                         delete(_scopes).where(_scopes.c.id.in_(scope_ids))
                     ).rowcount,
                     # Queued conversations too: a late update must not bring the user back.
-                    "memory_queue": queue_table.erase_user(conn, user_id),
+                    "memory_queue": _delete_where(conn, _queue, _of_user(_queue, tenant_id, user_id)),
                 }
-                _record_erasure(conn, user_id, now)
+                _delete_where(conn, _claims, _of_user(_claims, tenant_id, user_id))
+                _record_erasure(conn, tenant_id, user_id, now)
                 if sqlite and counts["memory_facts"]:
                     # FTS5 keeps deleted tokens in old segments until they are merged.
                     conn.exec_driver_sql(f"INSERT INTO {FTS_TABLE}({FTS_TABLE}) VALUES ('optimize')")
+            if sqlite and any(counts.values()):
+                # secure_delete zeroes the cells it deletes, but a b-tree split or a row that grew
+                # may have left an older copy in the unused part of a live page: only rewriting the
+                # file removes every copy (it takes time in proportion to the file's size).
+                _sqlite_pragma(conn, "wal_checkpoint(TRUNCATE)")  # no old page left in the WAL either
+                driver = conn.connection.driver_connection
+                assert driver is not None
+                driver.execute("VACUUM")  # on the driver: SQLAlchemy would open a transaction first
         finally:
             if sqlite:
                 _sqlite_pragma(conn, f"secure_delete = {secure_delete}")
@@ -90,11 +129,19 @@ def _sqlite_pragma(conn: Connection, pragma: str) -> object:
 
 
 def _delete(conn: Connection, table: Table, scope_ids: list[int]) -> int:
-    return int(conn.execute(delete(table).where(table.c.scope_id.in_(scope_ids))).rowcount)
+    return _delete_where(conn, table, table.c.scope_id.in_(scope_ids))
 
 
-def _record_erasure(conn: Connection, user_id: str, now: datetime) -> None:
-    values = {"user_digest": user_digest(user_id), "erased_at": now}
+def _delete_where(conn: Connection, table: Table, where: ColumnElement[bool]) -> int:
+    return int(conn.execute(delete(table).where(where)).rowcount)
+
+
+def _of_user(table: Table, tenant_id: str, user_id: str) -> ColumnElement[bool]:
+    return (table.c.tenant_id == tenant_id) & (table.c.user_id == user_id)
+
+
+def _record_erasure(conn: Connection, tenant_id: str, user_id: str, now: datetime) -> None:
+    values = {"user_digest": erasure_digest(tenant_id, user_id), "tenant_id": tenant_id, "erased_at": now}
     if conn.dialect.name == "postgresql":
         statement = postgresql.insert(_erasures).values(values)
         conn.execute(statement.on_conflict_do_update(index_elements=["user_digest"], set_={"erased_at": now}))
@@ -114,7 +161,7 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
         .where(_facts.c.scope_id == _scopes.c.id, old_tombstone)
         .scalar_subquery()
     )
-    with engine.connect() as conn:
+    with operator_engine(engine, "vacuum").connect() as conn:
         conn.execution_options(**{SQLITE_WRITE_OPTION: True})
         with conn.begin():
             conn.execute(
@@ -135,7 +182,7 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
 
 def vacuum_counts(engine: Engine, cutoff: datetime) -> dict[str, int]:
     """The rows ``vacuum(engine, cutoff)`` would delete, per table; deletes nothing."""
-    with engine.connect() as conn:
+    with operator_engine(engine, "vacuum").connect() as conn:
         return {
             name: int(conn.execute(select(func.count()).select_from(table).where(where)).scalar_one())
             for name, (table, where) in _vacuumed(cutoff).items()

@@ -1,18 +1,20 @@
 """Operating the durable queue: its status, and what an operator does with dead rows.
 
 ``memstore queue status|retry|purge`` and the workers' housekeeping call these; the rows
-themselves are ``queue_table``'s.
+themselves are ``queue_table``'s. They act on every tenant: run them on the operator connection.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, and_, delete, func, or_, select, update
 
 from memstore.document import as_utc
-from memstore.storage.sql.queue.table import HELD, QueueLimits
+from memstore.scope import DEFAULT_TENANT_ID
+from memstore.storage.sql.queue.limits import HELD, QueueLimits
 from memstore.storage.sql.schema.models import claims_table as _claims
 from memstore.storage.sql.schema.models import queue_table as _queue
 
@@ -33,6 +35,7 @@ class DeadRow:
     attempts: int
     last_error: str | None
     updated_at: datetime
+    tenant_id: str = DEFAULT_TENANT_ID
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class QueueStatus:
     """Characters of the conversations pending, leased or dead: what ``max_queue_chars`` bounds."""
     users_at_share: int
     """Users holding their ``queue_user_share`` of a bound: their new conversations are refused."""
+    tenants_at_share: int = 0
+    """Tenants holding their ``queue_tenant_share`` of a bound (0 without that cap)."""
 
 
 def queue_status(
@@ -77,14 +82,12 @@ def queue_status(
     held_chars = conn.execute(
         select(func.coalesce(func.sum(_queue.c.message_chars), 0)).where(unsettled)
     ).scalar_one()
-    per_user = (
-        select(_queue.c.user_id)
-        .where(unsettled)
-        .group_by(_queue.c.user_id)
-        .having(or_(func.count() >= limits.user_depth, func.sum(_queue.c.message_chars) >= limits.user_chars))
-        .subquery()
+    at_share = _at_share(conn, (_queue.c.tenant_id, _queue.c.user_id), limits.user_depth, limits.user_chars)
+    tenants_at_share = (
+        0
+        if limits.tenant is None
+        else _at_share(conn, (_queue.c.tenant_id,), limits.tenant.depth, limits.tenant.chars)
     )
-    at_share = conn.execute(select(func.count()).select_from(per_user)).scalar_one()
     dead_rows = [
         DeadRow(
             row.id,
@@ -94,6 +97,7 @@ def queue_status(
             row.attempts,
             row.last_error,
             as_utc(row.updated_at) or now,
+            row.tenant_id,
         )
         for row in conn.execute(
             select(
@@ -104,6 +108,7 @@ def queue_status(
                 _queue.c.attempts,
                 _queue.c.last_error,
                 _queue.c.updated_at,
+                _queue.c.tenant_id,
             )
             .where(_queue.c.state == "dead")
             .order_by(_queue.c.updated_at.desc(), _queue.c.id.desc())
@@ -122,8 +127,21 @@ def queue_status(
         throughput_window_seconds=window.total_seconds(),
         dead_rows=dead_rows,
         held_chars=int(held_chars),
-        users_at_share=int(at_share),
+        users_at_share=at_share,
+        tenants_at_share=tenants_at_share,
     )
+
+
+def _at_share(conn: Connection, by: tuple[Any, ...], depth: int, chars: int) -> int:
+    """How many groups (users of a tenant, or tenants) hold ``depth`` rows or ``chars`` characters."""
+    groups = (
+        select(*by)
+        .where(HELD)
+        .group_by(*by)
+        .having(or_(func.count() >= depth, func.sum(_queue.c.message_chars) >= chars))
+        .subquery()
+    )
+    return int(conn.execute(select(func.count()).select_from(groups)).scalar_one())
 
 
 def _dead(ids: list[int] | None) -> object:

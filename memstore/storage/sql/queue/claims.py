@@ -1,10 +1,15 @@
 """Claiming work from the durable queue: one scope per worker, enforced by the database.
 
-A worker first claims a whole scope in ``memory_queue_claims`` (an INSERT, or the take-over of
-an expired claim, in one statement the primary key makes exclusive), voids every other lease in
-that scope, then leases the scope's due rows under the claim's token, skipping rows another
-transaction holds (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite serialises writers). A
-heartbeat extends the claim and its rows. Lock order, everywhere: claims before queue rows.
+A scope is ``(tenant_id, user_id, agent_name)``. A worker first claims a whole scope in
+``memory_queue_claims`` (an INSERT, or the take-over of an expired claim, in one statement the
+primary key makes exclusive), voids every other lease in that scope, then leases the scope's due
+rows under the claim's token, skipping rows another transaction holds (``FOR UPDATE SKIP
+LOCKED`` on PostgreSQL; SQLite serialises writers). A heartbeat extends the claim and its rows.
+Lock order, everywhere: claims before queue rows.
+
+Claims cross tenants, so they run on the operator connection. Fairness is two-level: the tenant
+served least recently goes first (its last service is its newest claim row), then its scope
+served least recently, so one tenant's backlog of many scopes cannot starve another tenant.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     Connection,
@@ -21,10 +26,12 @@ from sqlalchemy import (
     and_,
     cast,
     delete,
+    func,
     or_,
     select,
     update,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.document import as_utc
 from memstore.storage.sql.queue.table import (
@@ -69,6 +76,7 @@ def _held(now: datetime) -> Any:
     return (
         select(_claims.c.user_id)
         .where(
+            _claims.c.tenant_id == _queue.c.tenant_id,
             _claims.c.user_id == _queue.c.user_id,
             _claims.c.agent_name == _queue.c.agent_name,
             _claims.c.lease_expires_at >= now,
@@ -90,6 +98,22 @@ def has_claimable(
     return conn.execute(select(_queue.c.id).where(condition, ~_held(now)).limit(1)).first() is not None
 
 
+class QueueScope(NamedTuple):
+    """A claimable scope as the queue stores it (``''`` for no user or agent)."""
+
+    tenant_id: str
+    user_id: str
+    agent_name: str
+
+    def rows(self, table: Any) -> ColumnElement[bool]:
+        """``table``'s rows of this scope (the queue's or the claims')."""
+        return and_(
+            table.c.tenant_id == self.tenant_id,
+            table.c.user_id == self.user_id,
+            table.c.agent_name == self.agent_name,
+        )
+
+
 def claim(
     conn: Connection,
     *,
@@ -102,39 +126,49 @@ def claim(
 ) -> ScopeClaim | None:
     """Claim one scope with claimable rows and lease them; run inside the caller's transaction."""
     condition = claimable(conn, now, force=force, owner=only_owner, exclude=exclude)
-    # Least recently served scope first (a released claim row stays as the scope's last service),
-    # then the oldest due row: a backlog is served CLAIM_BATCH rows at a time, in turn with others.
-    served = and_(_claims.c.user_id == _queue.c.user_id, _claims.c.agent_name == _queue.c.agent_name)
+    # Least recently served tenant first (its newest claim row), then its least recently served
+    # scope (a released claim row stays as the scope's last service), then the oldest due row: a
+    # backlog is served CLAIM_BATCH rows at a time, in turn with every other scope and tenant.
+    tenants = (
+        select(_claims.c.tenant_id, func.max(_claims.c.claimed_at).label("served"))
+        .group_by(_claims.c.tenant_id)
+        .subquery()
+    )
+    served = and_(
+        _claims.c.tenant_id == _queue.c.tenant_id,
+        _claims.c.user_id == _queue.c.user_id,
+        _claims.c.agent_name == _queue.c.agent_name,
+    )
     candidates = conn.execute(
-        select(_queue.c.user_id, _queue.c.agent_name)
-        .select_from(_queue.outerjoin(_claims, served))
+        select(_queue.c.tenant_id, _queue.c.user_id, _queue.c.agent_name)
+        .select_from(
+            _queue.outerjoin(_claims, served).outerjoin(tenants, tenants.c.tenant_id == _queue.c.tenant_id)
+        )
         .where(condition, or_(_claims.c.lease_expires_at.is_(None), _claims.c.lease_expires_at < now))
-        .order_by(_claims.c.claimed_at.nulls_first(), _queue.c.due_at)
+        .order_by(tenants.c.served.nulls_first(), _claims.c.claimed_at.nulls_first(), _queue.c.due_at)
         .limit(CLAIM_CANDIDATES)
     ).all()
     expires = now + timedelta(seconds=lease_seconds)
-    seen: set[tuple[str, str]] = set()
-    for user_id, agent_name in candidates:
-        if (user_id, agent_name) in seen:
+    seen: set[QueueScope] = set()
+    for tenant_id, user_id, agent_name in candidates:
+        scope = QueueScope(tenant_id, user_id, agent_name)
+        if scope in seen:
             continue
-        seen.add((user_id, agent_name))
+        seen.add(scope)
         token = uuid.uuid4().hex
-        if not _claim_scope(conn, user_id, agent_name, owner=owner, token=token, now=now, expires=expires):
+        if not _claim_scope(conn, scope, owner=owner, token=token, now=now, expires=expires):
             continue
-        _revoke_other_leases(conn, user_id, agent_name, token=token, now=now)
-        leased, undecodable = _lease_rows(
-            conn, user_id, agent_name, condition, owner=owner, token=token, expires=expires
-        )
+        _revoke_other_leases(conn, scope, token=token, now=now)
+        leased, undecodable = _lease_rows(conn, scope, condition, owner=owner, token=token, expires=expires)
         if leased or undecodable:
-            return ScopeClaim(user_id, agent_name, token, leased, undecodable)
+            return ScopeClaim(user_id, agent_name, token, leased, undecodable, tenant_id=tenant_id)
         conn.execute(delete(_claims).where(_claims.c.lease_token == token))
     return None
 
 
 def _claim_scope(
     conn: Connection,
-    user_id: str,
-    agent_name: str,
+    scope: QueueScope,
     *,
     owner: str,
     token: str,
@@ -143,15 +177,16 @@ def _claim_scope(
 ) -> bool:
     """Insert the scope's claim, or take over an expired one; ``False`` while another worker holds it."""
     insert = insert_for(conn)(_claims).values(
-        user_id=user_id,
-        agent_name=agent_name,
+        tenant_id=scope.tenant_id,
+        user_id=scope.user_id,
+        agent_name=scope.agent_name,
         lease_owner=owner,
         lease_token=token,
         lease_expires_at=expires,
         claimed_at=now,
     )
     statement = insert.on_conflict_do_update(
-        index_elements=[_claims.c.user_id, _claims.c.agent_name],
+        index_elements=[_claims.c.tenant_id, _claims.c.user_id, _claims.c.agent_name],
         set_={
             "lease_owner": insert.excluded.lease_owner,
             "lease_token": insert.excluded.lease_token,
@@ -163,16 +198,13 @@ def _claim_scope(
     return conn.execute(statement).scalar_one_or_none() == token
 
 
-def _revoke_other_leases(
-    conn: Connection, user_id: str, agent_name: str, *, token: str, now: datetime
-) -> None:
+def _revoke_other_leases(conn: Connection, scope: QueueScope, *, token: str, now: datetime) -> None:
     """A claim on a scope voids every other lease in it: a worker that lost its claim to expiry
     cannot commit any row of the scope, including rows this claim does not take (``flush``)."""
     conn.execute(
         update(_queue)
         .where(
-            _queue.c.user_id == user_id,
-            _queue.c.agent_name == agent_name,
+            scope.rows(_queue),
             _queue.c.state == "leased",
             _queue.c.lease_token != token,
         )
@@ -182,8 +214,7 @@ def _revoke_other_leases(
 
 def _lease_rows(
     conn: Connection,
-    user_id: str,
-    agent_name: str,
+    scope: QueueScope,
     condition: Any,
     *,
     owner: str,
@@ -195,7 +226,7 @@ def _lease_rows(
     # against that claimer's wait for our claim row.
     ids = (
         select(_queue.c.id)
-        .where(condition, _queue.c.user_id == user_id, _queue.c.agent_name == agent_name)
+        .where(condition, scope.rows(_queue))
         .order_by(_queue.c.due_at, _queue.c.id)
         .limit(CLAIM_BATCH)
         .with_for_update(skip_locked=True)
@@ -228,16 +259,17 @@ def _lease_rows(
     leased: list[LeasedConversation] = []
     undecodable: list[tuple[QueueLease, str]] = []
     for row in sorted(rows, key=lambda row: (row.due_at, row.id)):
-        lease = QueueLease(row.id, token, row.generation)
+        lease = QueueLease(row.id, token, row.generation, tenant_id=scope.tenant_id)
         try:
             conversation = QueuedConversation(
                 thread_id=row.thread_id,
-                user_id=user_id or None,
-                agent_name=agent_name or None,
+                user_id=scope.user_id or None,
+                agent_name=scope.agent_name or None,
                 messages=decode_messages(row.messages),
                 correction_detected=bool(row.correction_detected),
                 reinforcement_detected=bool(row.reinforcement_detected),
                 captured_at=as_utc(row.captured_at),
+                tenant_id=scope.tenant_id,
             )
         except Exception as exc:  # RecursionError included: no row may fail the claim
             undecodable.append((lease, str(exc) or type(exc).__name__))

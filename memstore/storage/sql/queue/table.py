@@ -1,7 +1,9 @@
 """The durable update queue's rows: enqueue, and settle what a worker leased.
 
-A conversation is one ``memory_queue`` row per ``(thread_id, user_id, agent_name)``; enqueueing
-again replaces its messages and bumps its ``generation``. Claiming is ``queue_claims``'.
+A conversation is one ``memory_queue`` row per ``(tenant_id, thread_id, user_id, agent_name)``;
+enqueueing again replaces its messages and bumps its ``generation``. Claiming is ``claims.py``'s.
+A row is written under its own identity (tenant and user: PostgreSQL's policies refuse a row
+forged for another), and settled by id and token within its tenant.
 
 Settling a row checks its token: a worker whose lease expired and was taken over matches no
 row, so it cannot complete, retry or kill what another worker now owns. The save that applies
@@ -37,15 +39,14 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnElement
 
-from memstore.errors import QueueFullError
+from memstore.scope import DEFAULT_TENANT_ID
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION
+from memstore.storage.sql.queue.limits import NO_ID, QueueLimits, check_bounds, stored_message_chars
 from memstore.storage.sql.schema.models import claims_table as _claims
 from memstore.storage.sql.schema.models import queue_table as _queue
 
 RELEASED_AGO = timedelta(seconds=1)
 """A released claim's lease ends this long before the release, so it is expired at once."""
-NO_ID = ""
-"""``user_id`` / ``agent_name`` of a queued conversation without one ('' is never a valid id)."""
 
 
 @dataclass
@@ -57,6 +58,8 @@ class QueueLease:
     generation: int
     settled: bool = False
     """Set by a save that completed the row in its own transaction: no further write is needed."""
+    tenant_id: str = DEFAULT_TENANT_ID
+    """The row's tenant: settling matches it too, so a lease never reaches another tenant's row."""
 
 
 @dataclass(frozen=True)
@@ -70,27 +73,7 @@ class QueuedConversation:
     correction_detected: bool
     reinforcement_detected: bool
     captured_at: datetime
-
-
-HELD = _queue.c.state.in_(("pending", "leased", "dead"))
-"""Rows that hold messages and count against the bounds: a dead row keeps its conversation until
-an operator retries or purges it, so a user whose turns keep failing cannot grow the table either."""
-
-
-@dataclass(frozen=True)
-class QueueLimits:
-    """What the table may hold in rows that keep messages (``HELD``), in total and per user.
-
-    A correction may use ``*_depth_corrections`` instead (the reserve). Checked by each write
-    before its upsert, so concurrent writers on PostgreSQL can overshoot by one row each.
-    """
-
-    depth: int
-    depth_corrections: int
-    chars: int
-    user_depth: int
-    user_depth_corrections: int
-    user_chars: int
+    tenant_id: str = DEFAULT_TENANT_ID
 
 
 @dataclass(frozen=True)
@@ -111,6 +94,7 @@ class ScopeClaim:
     conversations: list[LeasedConversation]
     undecodable: list[tuple[QueueLease, str]] = field(default_factory=list)
     """Rows leased with the claim that hold no conversation, with why: the runner kills them."""
+    tenant_id: str = DEFAULT_TENANT_ID
 
 
 def write_options(busy_timeout_ms: int) -> dict[str, Any]:
@@ -122,58 +106,6 @@ def insert_for(conn: Connection) -> Any:
     return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
 
 
-MESSAGE_CHARS_OVERHEAD = 24
-"""What ``message_chars`` adds per message for its keys and role, as the JSON stores them: a
-conversation of many short messages costs what it takes on disk, not only its text."""
-
-
-def stored_message_chars(messages: Sequence[dict[str, str]]) -> int:
-    """A queued conversation's ``message_chars``: its text plus ``MESSAGE_CHARS_OVERHEAD`` a message."""
-    return sum(len(message.get("content", "")) + MESSAGE_CHARS_OVERHEAD for message in messages)
-
-
-def check_bounds(conn: Connection, item: QueuedConversation, chars: int, limits: QueueLimits) -> None:
-    """Raise ``QueueFullError`` if storing ``item`` would pass ``limits``; one read over indexes.
-
-    Replacing a held row of the same conversation adds no row, only its growth in characters.
-    """
-    user = _queue.c.user_id == (item.user_id or NO_ID)
-    same = and_(
-        _queue.c.thread_id == item.thread_id,
-        user,
-        _queue.c.agent_name == (item.agent_name or NO_ID),
-        HELD,
-    )
-
-    def usage(condition: ColumnElement[bool]) -> list[Any]:
-        count = select(func.count()).where(condition)
-        chars = select(func.coalesce(func.sum(_queue.c.message_chars), 0)).where(condition)
-        return [count.scalar_subquery(), chars.scalar_subquery()]
-
-    held = select(_queue.c.message_chars).where(same).scalar_subquery()
-    row = conn.execute(select(*usage(HELD), *usage(and_(HELD, user)), held)).one()
-    total_rows, total_chars, user_rows, user_chars, stored = (int(value or 0) for value in row)
-    replacing = row[4] is not None
-    growth = chars - stored
-    correction = item.correction_detected
-    if not replacing:
-        depth = limits.depth_corrections if correction else limits.depth
-        if total_rows >= depth:
-            raise QueueFullError(f"the queue holds {total_rows} conversations, its limit", kind="full")
-        user_depth = limits.user_depth_corrections if correction else limits.user_depth
-        if user_rows >= user_depth:
-            raise QueueFullError(
-                f"the user holds {user_rows} queued conversations, their share", kind="user_share"
-            )
-    if growth > 0 and total_chars + growth > limits.chars:
-        raise QueueFullError(f"the queue holds {total_chars} characters of {limits.chars}", kind="full")
-    if growth > 0 and user_chars + growth > limits.user_chars:
-        raise QueueFullError(
-            f"the user holds {user_chars} queued characters of their share {limits.user_chars}",
-            kind="user_share",
-        )
-
-
 def enqueue(
     conn: Connection,
     item: QueuedConversation,
@@ -183,6 +115,7 @@ def enqueue(
     due_at: datetime,
     latest_due_at: datetime,
     limits: QueueLimits | None = None,
+    bounds: Connection | None = None,
 ) -> bool:
     """Insert the conversation, or fold it into its pending row (one statement); ``False`` when a
     newer turn of it is stored already.
@@ -192,12 +125,14 @@ def enqueue(
     retry's ``not_before``. A leased row gets the new messages for its next generation; a done or
     dead row starts afresh. A turn captured before the stored one changes nothing (replicas must
     keep their clocks in sync for this to pick the newest turn). With ``limits``, a write that
-    would pass them raises ``QueueFullError`` and stores nothing.
+    would pass them raises ``QueueFullError`` and stores nothing; they are read on ``bounds``
+    (default ``conn``), which must see every tenant's rows.
     """
     chars = stored_message_chars(item.messages)
     if limits is not None:
-        check_bounds(conn, item, chars, limits)
+        check_bounds(bounds or conn, item, chars, limits)
     insert = insert_for(conn)(_queue).values(
+        tenant_id=item.tenant_id,
         thread_id=item.thread_id,
         user_id=item.user_id or NO_ID,
         agent_name=item.agent_name or NO_ID,
@@ -221,7 +156,7 @@ def enqueue(
     settled = _queue.c.state.in_(("done", "dead"))
     debounced = _least(conn)(new.due_at, _queue.c.latest_due_at)
     statement = insert.on_conflict_do_update(
-        index_elements=[_queue.c.thread_id, _queue.c.user_id, _queue.c.agent_name],
+        index_elements=[_queue.c.tenant_id, _queue.c.thread_id, _queue.c.user_id, _queue.c.agent_name],
         set_={
             "messages": new.messages,
             "message_chars": new.message_chars,
@@ -281,7 +216,7 @@ def complete(conn: Connection, lease: QueueLease, *, now: datetime, forget: bool
     ``forget`` (its save was refused because the scope was erased or cleared), the row is
     deleted instead, so an erased user's id does not linger in the queue either.
     """
-    mine = and_(_queue.c.id == lease.row_id, _queue.c.lease_token == lease.token, _queue.c.state == "leased")
+    mine = _leased(lease)
     this_generation = and_(mine, _queue.c.generation == lease.generation)
     if forget:
         done = conn.execute(delete(_queue).where(this_generation)).rowcount
@@ -306,6 +241,15 @@ def complete(conn: Connection, lease: QueueLease, *, now: datetime, forget: bool
     return bool(newer.rowcount)
 
 
+def _leased(lease: QueueLease) -> ColumnElement[bool]:
+    return and_(
+        _queue.c.id == lease.row_id,
+        _queue.c.tenant_id == lease.tenant_id,
+        _queue.c.lease_token == lease.token,
+        _queue.c.state == "leased",
+    )
+
+
 def reschedule(
     conn: Connection,
     lease: QueueLease,
@@ -322,7 +266,7 @@ def reschedule(
     ``failures``. A row that got a newer generation meanwhile is never killed: the new turn gets
     its chance.
     """
-    mine = and_(_queue.c.id == lease.row_id, _queue.c.lease_token == lease.token, _queue.c.state == "leased")
+    mine = _leased(lease)
     same = _queue.c.generation == lease.generation
     values: dict[str, Any] = {"last_error": error[:4000], **unleased(now)}
     if permanent:
@@ -352,12 +296,13 @@ def release(conn: Connection, token: str, *, now: datetime) -> int:
         update(_claims)
         .where(_claims.c.lease_token == token)
         .values(lease_token=orphan, lease_owner="", lease_expires_at=now - RELEASED_AGO)
-        .returning(_claims.c.user_id, _claims.c.agent_name)
+        .returning(_claims.c.tenant_id, _claims.c.user_id, _claims.c.agent_name)
     ).first()
     if scope is not None:
         left = (
             select(_queue.c.id)
             .where(
+                _queue.c.tenant_id == scope.tenant_id,
                 _queue.c.user_id == scope.user_id,
                 _queue.c.agent_name == scope.agent_name,
                 _queue.c.state.in_(("pending", "leased")),
@@ -417,9 +362,3 @@ def unsettled(conn: Connection, *, owner: str | None = None, exclude: Sequence[i
     if exclude:
         condition = and_(condition, not_among(conn, _queue.c.id, exclude))
     return int(conn.execute(select(func.count()).select_from(_queue).where(condition)).scalar_one())
-
-
-def erase_user(conn: Connection, user_id: str) -> int:
-    """Delete every queued conversation and claim of ``user_id`` (``memstore erase``)."""
-    conn.execute(delete(_claims).where(_claims.c.user_id == user_id))
-    return int(conn.execute(delete(_queue).where(_queue.c.user_id == user_id)).rowcount)

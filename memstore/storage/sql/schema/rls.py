@@ -10,8 +10,10 @@ too: only a superuser or a ``BYPASSRLS`` role (the operator connection) reads ac
 
 The rules (docs/operations.md, "Tenants and row-level security"):
 
-- a scope, its sections, its queue rows and claims: the owner only (the tenant's ``admin`` may
-  also read and bump a scope's row, which holds no content, to edit a shared fact in it);
+- a scope row (ids, agent name, revision: no memory): read by everyone in its tenant, so a
+  shared fact can be joined to its agent; written by its owner (``admin`` may bump its revision,
+  to edit a shared fact in it);
+- a scope's sections, queue rows and claims: the owner only;
 - a fact: its owner; ``public`` ones everyone in the tenant; ``shared`` ones the granted users and
   roles, and ``admin``. Writes: the owner, and ``admin`` on shared and public facts;
 - grants: the owner of the fact, the grantee, ``admin``;
@@ -34,7 +36,8 @@ OWN_SCOPES = (
 )
 _GRANTED = (
     "EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id AND "
-    f"((g.grantee_kind = 'user' AND g.grantee = {USER}) OR (g.grantee_kind = 'role' AND g.grantee = ANY({ROLES}))))"
+    f"((g.grantee_kind = 'user' AND g.grantee = {USER}) "
+    f"OR (g.grantee_kind = 'role' AND g.grantee = ANY({ROLES}))))"
 )
 _FACT_READABLE = (
     f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR visibility = 'public' "
@@ -48,8 +51,17 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
     # table: (policy name, command, USING, WITH CHECK)
     "memory_scopes": (
         ("memstore_owner", "ALL", _SCOPE_OWNED, _SCOPE_OWNED),
-        ("memstore_admin_read", "SELECT", f"tenant_id = {TENANT} AND {IS_ADMIN}", None),
-        ("memstore_admin_bump", "UPDATE", f"tenant_id = {TENANT} AND {IS_ADMIN}", f"tenant_id = {TENANT}"),
+        # The scope rows (ids, agent names, revisions: no memory) of the tenant, so a shared fact
+        # can be joined to its agent; sections and facts keep their own, narrower policies.
+        ("memstore_tenant_read", "SELECT", f"tenant_id = {TENANT}", None),
+        # Its WITH CHECK names admin too: PostgreSQL ORs the checks of every UPDATE policy, so a
+        # bare tenant check here would let any owner hand its scope to another user.
+        (
+            "memstore_admin_bump",
+            "UPDATE",
+            f"tenant_id = {TENANT} AND {IS_ADMIN}",
+            f"tenant_id = {TENANT} AND {IS_ADMIN}",
+        ),
     ),
     "memory_sections": (("memstore_owner", "ALL", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),),
     "memory_facts": (

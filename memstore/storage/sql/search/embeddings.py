@@ -22,7 +22,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from memstore.document import fact_content_key
 from memstore.embedding.vectors import to_blob
 from memstore.errors import EmbeddingError
-from memstore.scope import Scope
+from memstore.scope import DEFAULT_TENANT_ID, Scope
 from memstore.storage.sql.documents.statements import MAX_BOUND_IDS, SCOPE_MATCH, scope_keys
 from memstore.storage.sql.schema.models import embeddings_table as _vectors
 from memstore.storage.sql.schema.models import facts_table as _facts
@@ -96,7 +96,14 @@ def _upsert_vector(dialect: str) -> Any:
 
 _UPSERT_VECTOR = {dialect: _upsert_vector(dialect) for dialect in ("postgresql", "sqlite")}
 
-_FACT_ROW = (_facts.c.id, _scopes.c.user_id, _scopes.c.agent_name, _facts.c.fact_id, _facts.c.content)
+_FACT_ROW = (
+    _facts.c.id,
+    _scopes.c.user_id,
+    _scopes.c.agent_name,
+    _facts.c.fact_id,
+    _facts.c.content,
+    _scopes.c.tenant_id,
+)
 _IN_ORDER = (_facts.c.deleted_revision.is_(None), _facts.c.id > bindparam("b_after"))
 _LIVE_BY_ROW = (
     select(*_FACT_ROW)
@@ -156,10 +163,10 @@ def vector_matrix(raws: Sequence[bytes], dimension: int, dialect: str) -> np.nda
 
 
 def scope_vectors(
-    conn: Connection, scope: Scope, model: str, fact_ids: Sequence[str]
+    conn: Connection, tenant_id: str, scope: Scope, model: str, fact_ids: Sequence[str]
 ) -> dict[str, tuple[str, np.ndarray]]:
     """The valid vectors of the named live facts: fact id to (content key, vector)."""
-    keys = scope_keys(scope)
+    keys = scope_keys(scope, tenant_id)
     statement = _SCOPE_VECTORS[conn.dialect.name]
     by_dimension: dict[int, list[Any]] = {}
     for start in range(0, len(fact_ids), MAX_BOUND_IDS):
@@ -177,13 +184,14 @@ def scope_vectors(
 
 def store_vectors(
     conn: Connection,
+    tenant_id: str,
     scope: Scope,
     model: str,
     items: Iterable[tuple[str, str, np.ndarray]],
     now: datetime,
 ) -> int:
     """Replace the vectors of ``(fact id, embedded content, vector)``; returns how many were written."""
-    keys = scope_keys(scope)
+    keys = scope_keys(scope, tenant_id)
     dialect = conn.dialect.name
     written = 0
     for fact_id, content, vector in items:
@@ -203,14 +211,20 @@ def store_vectors(
 
 
 def unembedded_facts(
-    conn: Connection, model: str, *, limit: int, after: int = 0, scope: Scope | None = None
+    conn: Connection,
+    model: str,
+    *,
+    limit: int,
+    after: int = 0,
+    scope: Scope | None = None,
+    tenant_id: str = DEFAULT_TENANT_ID,
 ) -> list[UnembeddedFact]:
     """Live facts without a valid vector under ``model``, in row order from ``after``."""
     query = _MISSING
     params: dict[str, Any] = {"b_model": model, "b_after": after, "b_limit": limit}
     if scope is not None:
         query = query.where(SCOPE_MATCH)
-        params.update(scope_keys(scope))
+        params.update(scope_keys(scope, tenant_id))
     return [UnembeddedFact(*row) for row in conn.execute(query, params)]
 
 

@@ -20,8 +20,10 @@ from sqlalchemy import (
     and_,
     bindparam,
     column,
+    exists,
     func,
     literal_column,
+    or_,
     select,
     table,
 )
@@ -30,7 +32,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.document import as_utc
 from memstore.retention import RetentionPolicy
-from memstore.scope import Scope
+from memstore.scope import Identity, Scope
 from memstore.storage.records import (
     ANY_AGENT,
     MAX_SCORED_FACTS,
@@ -44,11 +46,12 @@ from memstore.storage.records import (
     with_scores,
 )
 from memstore.storage.search_text import fts5_match, substring_terms, unservable_reason
-from memstore.storage.sql.documents.statements import agent_is, user_is
+from memstore.storage.sql.documents.statements import agent_is, tenant_is, user_is
 from memstore.storage.sql.schema.fts_schema import FTS_TABLE, PG_TS_CONFIG
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import history_table as _history
 from memstore.storage.sql.schema.models import scopes_table as _scopes
+from memstore.storage.sql.search.visibility import Connect, readable_by, shares_any
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +69,7 @@ RECORD_COLUMNS = (
     _facts.c.last_confirmed_at,
     _facts.c.last_accessed_at,
     _facts.c.access_count,
+    _facts.c.visibility,
 )
 LIVE_FACTS = _facts.join(_scopes, _scopes.c.id == _facts.c.scope_id)
 
@@ -78,7 +82,7 @@ _ORDERS: dict[str, tuple[Any, ...]] = {
 
 
 def query_facts(
-    engine: Engine,
+    engine: Connect,
     where: FactFilter,
     *,
     search: str | None,
@@ -86,16 +90,17 @@ def query_facts(
     offset: int,
     order: FactOrder = "newest",
     policy: RetentionPolicy,
+    identity: Identity,
 ) -> FactPage:
     """One page of live facts, each with its retention ``score`` under ``policy``.
 
     Without ``search``, ``order`` picks the order; ``score`` reads every matching fact (at most
     ``MAX_SCORED_FACTS``) because the score depends on the time of the query.
     """
-    conditions = fact_conditions(where)
     page: FactPage
     if search is None:
-        with engine.connect() as conn:
+        with engine() as conn:
+            conditions = fact_conditions(conn, where, identity)
             query = select(*RECORD_COLUMNS).select_from(LIVE_FACTS).where(*conditions)
             if order != "score":
                 page = fact_page(conn, query, _ORDERS[order], limit, offset, "filter")
@@ -103,23 +108,24 @@ def query_facts(
             rows = conn.execute(query.order_by(*_ORDERS["newest"]).limit(MAX_SCORED_FACTS + 1)).all()
         ranked = by_score([fact_record(row) for row in rows], policy, datetime.now(UTC))
         return FactPage(ranked[offset : offset + limit], len(ranked), limit, offset, "filter")
-    page = _search(engine, search, conditions, limit, offset)
+    page = _search(engine, search, where, identity, limit, offset)
     return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
 
 
 def _search(
-    engine: Engine, search: str, conditions: list[ColumnElement[bool]], limit: int, offset: int
+    engine: Connect, search: str, where: FactFilter, identity: Identity, limit: int, offset: int
 ) -> FactPage:
     reason = unservable_reason(search)
     if reason is None:
         try:
-            with engine.connect() as conn:
-                return _fulltext(conn, search, conditions, limit, offset)
+            with engine() as conn:
+                return _fulltext(conn, search, fact_conditions(conn, where, identity), limit, offset)
         except DBAPIError as exc:
             reason = f"the index query failed ({exc.orig or exc})"
     logger.info("full-text search for %r served by substring matching: %s", search, reason)
     terms = [_facts.c.content.icontains(term, autoescape=True) for term in substring_terms(search)]
-    with engine.connect() as conn:
+    with engine() as conn:
+        conditions = fact_conditions(conn, where, identity)
         query = select(*RECORD_COLUMNS).select_from(LIVE_FACTS).where(*conditions, *terms)
         return fact_page(conn, query, (_facts.c.confidence.desc(), _facts.c.id), limit, offset, "substring")
 
@@ -177,14 +183,15 @@ def fact_record(row: Any, *, rank: float | None = None) -> FactRecord:
         created_at=as_utc(row.created_at),
         source=row.source,
         rank=rank if rank is not None else getattr(row, "rank", None),
+        visibility=row.visibility,
         last_confirmed_at=as_utc(row.last_confirmed_at),
         last_accessed_at=as_utc(row.last_accessed_at),
         access_count=row.access_count,
     )
 
 
-def scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = []
+def scope_conditions(where: FactFilter, tenant_id: str) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [tenant_is(tenant_id)]
     if where.user_id is not None:
         conditions.append(user_is(where.user_id))
     if where.agent_name is not ANY_AGENT:
@@ -192,14 +199,29 @@ def scope_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
     return conditions
 
 
-def fact_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = [_facts.c.deleted_revision.is_(None)]
+def fact_conditions(conn: Connection, where: FactFilter, identity: Identity) -> list[ColumnElement[bool]]:
+    """The filter's facts as ``identity`` may read them: inside its tenant, and for a named user
+    that user's own facts plus the shared and public facts of others it may read."""
+    conditions: list[ColumnElement[bool]] = [
+        _facts.c.deleted_revision.is_(None),
+        _facts.c.tenant_id == identity.tenant_id,
+    ]
     if where.user_id is not None:
         # The user's scopes first: with no statistics, SQLite otherwise started from every fact of
         # the filtered category (200,000 of a million) and joined each to its scope.
-        conditions.append(_facts.c.scope_id.in_(select(_scopes.c.id).where(*scope_conditions(where))))
+        own: ColumnElement[bool] = _facts.c.scope_id.in_(
+            select(_scopes.c.id).where(*scope_conditions(where, identity.tenant_id))
+        )
+        if shares_any(conn, identity.tenant_id):  # one probe of a partial index; usually none
+            reader = replace(identity, user_id=where.user_id)
+            others = [
+                readable_by(reader),
+                *scope_conditions(replace(where, user_id=None), identity.tenant_id),
+            ]
+            own = or_(own, and_(*others))
+        conditions.append(own)
     else:
-        conditions.extend(scope_conditions(where))
+        conditions.extend(scope_conditions(where, identity.tenant_id))
     if where.category is not None:
         category: ColumnElement[Any] = _facts.c.category
         if where.user_id is not None:  # and off the category index, which would skip the sort
@@ -207,6 +229,8 @@ def fact_conditions(where: FactFilter) -> list[ColumnElement[bool]]:
         conditions.append(category == where.category)
     if where.min_confidence is not None:
         conditions.append(_facts.c.confidence >= where.min_confidence)
+    if where.visibility is not None:
+        conditions.append(_facts.c.visibility == where.visibility)
     if where.text:
         conditions.append(_facts.c.content.icontains(where.text, autoescape=True))
     if where.created_after is not None:
@@ -241,19 +265,47 @@ def _database_bytes(conn: Connection) -> int | None:
     return int(page_count) * int(page_size)
 
 
-def list_scopes(engine: Engine, user_id: str | None) -> list[Scope]:
-    query = select(_scopes.c.user_id, _scopes.c.agent_name).order_by(
-        func.coalesce(_scopes.c.user_id, ""), func.coalesce(_scopes.c.agent_name, "")
+def list_tenants(engine: Engine) -> list[str]:
+    with engine.connect() as conn:
+        query = select(_scopes.c.tenant_id).distinct().order_by(_scopes.c.tenant_id)
+        return list(conn.execute(query).scalars())
+
+
+def list_scopes(engine: Connect, tenant_id: str, user_id: str | None) -> list[Scope]:
+    query = (
+        select(_scopes.c.user_id, _scopes.c.agent_name)
+        .where(tenant_is(tenant_id))
+        .order_by(func.coalesce(_scopes.c.user_id, ""), func.coalesce(_scopes.c.agent_name, ""))
     )
     if user_id is not None:
         query = query.where(user_is(user_id))
-    with engine.connect() as conn:
+    with engine() as conn:
         return [(row.user_id, row.agent_name) for row in conn.execute(query)]
 
 
-def fact_history(engine: Engine, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
-    """The newest ``limit`` audit rows for the filtered scopes, oldest first."""
-    conditions = scope_conditions(where)
+def fact_history(
+    engine: Connect, where: FactFilter, identity: Identity, *, fact_id: str | None, limit: int
+) -> list[HistoryEntry]:
+    """The newest ``limit`` audit rows for the filtered scopes, oldest first; for a named user, also
+    the rows of other owners' facts that user may read now."""
+    conditions: list[ColumnElement[bool]] = scope_conditions(where, identity.tenant_id)
+    if where.user_id is not None:
+        with engine() as conn:
+            shared = shares_any(conn, identity.tenant_id)
+        if shared:
+            reader = replace(identity, user_id=where.user_id)
+            readable = exists().where(
+                _facts.c.scope_id == _history.c.scope_id,
+                _facts.c.fact_id == _history.c.entity_id,
+                _facts.c.deleted_revision.is_(None),
+                readable_by(reader),
+            )
+            others = [
+                _history.c.entity == "fact",
+                readable,
+                *scope_conditions(replace(where, user_id=None), identity.tenant_id),
+            ]
+            conditions = [or_(and_(*conditions), and_(*others))]
     if fact_id is not None:
         conditions.append(and_(_history.c.entity == "fact", _history.c.entity_id == fact_id))
     query = (
@@ -263,7 +315,7 @@ def fact_history(engine: Engine, where: FactFilter, *, fact_id: str | None, limi
         .order_by(_history.c.id.desc())
         .limit(limit)
     )
-    with engine.connect() as conn:
+    with engine() as conn:
         rows = conn.execute(query).all()
     return [
         HistoryEntry(

@@ -9,20 +9,24 @@ most ``MAX_CACHED_VECTORS`` vectors, dropping the least recently used scopes fir
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from memstore.document import fact_content_key
 from memstore.errors import StorageUnavailableError
-from memstore.scope import Scope
+from memstore.scope import DEFAULT_IDENTITY, Identity, Scope
 from memstore.storage.records import FactFilter, FactPage
+from memstore.storage.sql.identity import reading, set_identity
 from memstore.storage.sql.search import embeddings
 from memstore.storage.sql.search.semantic import nearest_facts, vector_backend
 from memstore.storage.vectors import EmbeddingStatus, UnembeddedFact
@@ -46,36 +50,49 @@ class SqlVectorStore:
         self._reader = reader
         self._write_options = write_options
         self._unavailable = unavailable
-        self._cache: OrderedDict[tuple[Scope, str], _ScopeVectors] = OrderedDict()
+        self._identity = DEFAULT_IDENTITY
+        # Keyed by tenant too, and shared by every identity's handle (``for_identity``).
+        self._cache: OrderedDict[tuple[str, Scope, str], _ScopeVectors] = OrderedDict()
         self._cached = 0
         self._lock = threading.Lock()
+
+    def for_identity(self, identity: Identity) -> SqlVectorStore:
+        """A handle sharing this store's cache that acts inside ``identity``'s tenant."""
+        handle = copy.copy(self)
+        handle._identity = identity
+        return handle
+
+    def _reading(self, scope: Scope | None) -> AbstractContextManager[Connection]:
+        user_id = scope[0] if scope is not None else None
+        return reading(self._engine, self._reader, replace(self._identity, user_id=user_id))
 
     def fact_vectors(
         self, scope: Scope, model: str, facts: Sequence[tuple[str, str]]
     ) -> dict[str, np.ndarray]:
         wanted = {fact_id: fact_content_key(content) for fact_id, content in facts}
         with self._lock:
-            cached = dict(self._cache.get((scope, model), {}))
+            cached = dict(self._cache.get((self._identity.tenant_id, scope, model), {}))
         found = {fid: entry[1] for fid, entry in cached.items() if wanted.get(fid) == entry[0]}
         missing = [fact_id for fact_id in wanted if fact_id not in found]
         if missing:
             try:
-                with self._reader.connect() as conn:
-                    read = embeddings.scope_vectors(conn, scope, model, missing)
+                with self._reading(scope) as conn:
+                    read = embeddings.scope_vectors(conn, self._identity.tenant_id, scope, model, missing)
             except DBAPIError as exc:
                 raise self._unavailable(exc, "read fact vectors") from exc
             fresh = {fid: entry for fid, entry in read.items() if wanted.get(fid) == entry[0]}
             found.update({fid: entry[1] for fid, entry in fresh.items()})
             self._remember(scope, model, {fid: cached[fid] for fid in found if fid in cached} | fresh)
         elif cached:
+            key = (self._identity.tenant_id, scope, model)
             with self._lock:
-                if (scope, model) in self._cache:
-                    self._cache.move_to_end((scope, model))
+                if key in self._cache:
+                    self._cache.move_to_end(key)
         return found
 
     def _remember(self, scope: Scope, model: str, vectors: _ScopeVectors) -> None:
         """Cache exactly the scope's current vectors (dropping ones of deleted facts)."""
-        key = (scope, model)
+        key = (self._identity.tenant_id, scope, model)
         with self._lock:
             self._cached -= len(self._cache.pop(key, {}))
             if len(vectors) > MAX_CACHED_VECTORS:
@@ -88,8 +105,9 @@ class SqlVectorStore:
 
     def forget_user(self, user_id: str) -> None:
         """Drop an erased user's cached vectors: an erasure leaves nothing of theirs in memory either."""
+        tenant_id = self._identity.tenant_id
         with self._lock:
-            for key in [key for key in self._cache if key[0][0] == user_id]:
+            for key in [key for key in self._cache if key[0] == tenant_id and key[1][0] == user_id]:
                 self._cached -= len(self._cache.pop(key))
 
     def store_vectors(self, scope: Scope, model: str, items: Sequence[tuple[str, str, np.ndarray]]) -> int:
@@ -99,7 +117,10 @@ class SqlVectorStore:
             with self._engine.connect() as conn:
                 conn.execution_options(**self._write_options)
                 with conn.begin():
-                    return embeddings.store_vectors(conn, scope, model, items, datetime.now(UTC))
+                    set_identity(conn, replace(self._identity, user_id=scope[0]))
+                    return embeddings.store_vectors(
+                        conn, self._identity.tenant_id, scope, model, items, datetime.now(UTC)
+                    )
         except DBAPIError as exc:
             raise self._unavailable(exc, "write fact vectors") from exc
 
@@ -107,10 +128,12 @@ class SqlVectorStore:
         self, model: str, *, limit: int, after: int = 0, scope: Scope | None = None, rebuild: bool = False
     ) -> list[UnembeddedFact]:
         try:
-            with self._reader.connect() as conn:
+            with self._reading(scope) as conn:
                 if rebuild:
                     return embeddings.all_live_facts(conn, limit=limit, after=after)
-                return embeddings.unembedded_facts(conn, model, limit=limit, after=after, scope=scope)
+                return embeddings.unembedded_facts(
+                    conn, model, limit=limit, after=after, scope=scope, tenant_id=self._identity.tenant_id
+                )
         except DBAPIError as exc:
             raise self._unavailable(exc, "read facts to embed") from exc
 
@@ -118,7 +141,17 @@ class SqlVectorStore:
         self, where: FactFilter, vector: np.ndarray, *, model: str, limit: int, offset: int
     ) -> FactPage:
         try:
-            return nearest_facts(self._engine, where, vector, model=model, limit=limit, offset=offset)
+            # Not the autocommit reader: the exact scan streams through a server-side cursor.
+            identity = replace(self._identity, user_id=where.user_id)
+            return nearest_facts(
+                lambda: reading(self._engine, self._engine, identity),
+                where,
+                self._identity,
+                vector,
+                model=model,
+                limit=limit,
+                offset=offset,
+            )
         except DBAPIError as exc:
             raise self._unavailable(exc, "search fact vectors") from exc
 

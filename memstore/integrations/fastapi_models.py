@@ -1,0 +1,174 @@
+"""The request and response models of ``/api/memory`` (``integrations.fastapi``), apart from its routes.
+
+Request models carry the core's size caps (``memstore.document``), so an oversized fact, summary
+or import is a 422 before it reaches storage.
+"""
+
+# No ``from __future__ import annotations``: pydantic and FastAPI evaluate these annotations.
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from memstore.document import (
+    DEFAULT_CATEGORY,
+    MANUAL_CONFIDENCE,
+    MAX_CATEGORY_CHARS,
+    MAX_DOCUMENT_FACTS,
+    MAX_FACT_CHARS,
+    MAX_SUMMARY_CHARS,
+)
+from memstore.ops.validation import MAX_GRANTS
+
+
+class ContextSection(BaseModel):
+    # Extra keys are kept so an export imports back without losing anything.
+    model_config = ConfigDict(extra="allow")
+
+    summary: str = ""
+    updatedAt: str = ""
+
+
+class UserContext(BaseModel):
+    workContext: ContextSection = Field(default_factory=ContextSection)
+    personalContext: ContextSection = Field(default_factory=ContextSection)
+    topOfMind: ContextSection = Field(default_factory=ContextSection)
+
+
+class HistoryContext(BaseModel):
+    recentMonths: ContextSection = Field(default_factory=ContextSection)
+    earlierContext: ContextSection = Field(default_factory=ContextSection)
+    longTermBackground: ContextSection = Field(default_factory=ContextSection)
+
+
+class FactRetention(BaseModel):
+    """Read-only (docs/operations.md#retention-eviction-decay-and-expiry); an import ignores it."""
+
+    lastConfirmedAt: str | None = Field(default=None, description="last re-stated by the extractor")
+    lastAccessedAt: str | None = Field(default=None, description="last injected or returned by a search")
+    accessCount: int = Field(default=0, description="times injected or returned by a search")
+    score: float = Field(description="eviction score now: max_facts keeps the highest")
+
+
+class Fact(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    content: str
+    category: str = DEFAULT_CATEGORY
+    confidence: float = 0.5
+    createdAt: str = ""
+    source: str = "unknown"
+    sourceError: str | None = None
+    retention: FactRetention | None = Field(
+        default=None, description="Read-only: the fact's retention signals and eviction score"
+    )
+
+
+class MemoryResponse(BaseModel):
+    """One user's memory document, as stored (responses carry no caps: older data may exceed them)."""
+
+    version: str = "1.0"
+    lastUpdated: str = ""
+    user: UserContext = Field(default_factory=UserContext)
+    history: HistoryContext = Field(default_factory=HistoryContext)
+    facts: list[Fact] = Field(default_factory=list)
+
+
+class ImportedSection(ContextSection):
+    summary: str = Field(default="", max_length=MAX_SUMMARY_CHARS)
+
+
+class ImportedUserContext(UserContext):
+    workContext: ImportedSection = Field(default_factory=ImportedSection)
+    personalContext: ImportedSection = Field(default_factory=ImportedSection)
+    topOfMind: ImportedSection = Field(default_factory=ImportedSection)
+
+
+class ImportedHistoryContext(HistoryContext):
+    recentMonths: ImportedSection = Field(default_factory=ImportedSection)
+    earlierContext: ImportedSection = Field(default_factory=ImportedSection)
+    longTermBackground: ImportedSection = Field(default_factory=ImportedSection)
+
+
+class ImportedFact(Fact):
+    content: str = Field(max_length=MAX_FACT_CHARS)
+    category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
+    sourceError: str | None = Field(default=None, max_length=MAX_FACT_CHARS)
+    # Read-only: accepted (an export imports again) and dropped.
+    retention: Any = Field(default=None, exclude=True)
+
+
+class MemoryImportRequest(BaseModel):
+    """The body of ``POST /import``, which replaces the caller's memory whole: a document as exported."""
+
+    version: str = "1.0"
+    lastUpdated: str = ""
+    user: ImportedUserContext = Field(default_factory=ImportedUserContext)
+    history: ImportedHistoryContext = Field(default_factory=ImportedHistoryContext)
+    facts: list[ImportedFact] = Field(default_factory=list, max_length=MAX_DOCUMENT_FACTS)
+
+
+Visibility = Literal["private", "shared", "public"]
+
+
+class FactCreateRequest(BaseModel):
+    content: str = Field(min_length=1, max_length=MAX_FACT_CHARS)
+    category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
+    confidence: float = Field(default=MANUAL_CONFIDENCE, ge=0.0, le=1.0)
+    visibility: Visibility = Field(
+        default="private", description="shared and public need the role editor or admin"
+    )
+    allowed_users: list[str] | None = Field(
+        default=None, max_length=MAX_GRANTS, description="With visibility shared: users who may read it"
+    )
+    allowed_roles: list[str] | None = Field(
+        default=None, max_length=MAX_GRANTS, description="With visibility shared: roles that may read it"
+    )
+
+
+class FactPatchRequest(BaseModel):
+    """Omitted fields keep their stored value (grants are dropped when the fact stops being shared)."""
+
+    content: str | None = Field(default=None, min_length=1, max_length=MAX_FACT_CHARS)
+    category: str | None = Field(default=None, max_length=MAX_CATEGORY_CHARS)
+    confidence: float | None = Field(default=None, ge=0.0, le=1.0)
+    visibility: Visibility | None = None
+    allowed_users: list[str] | None = Field(default=None, max_length=MAX_GRANTS)
+    allowed_roles: list[str] | None = Field(default=None, max_length=MAX_GRANTS)
+
+
+class MemoryConfigResponse(BaseModel):
+    """The settings a client may see; URLs, keys and model names stay server-side."""
+
+    enabled: bool
+    storage_path: str
+    debounce_seconds: int
+    max_facts: int
+    fact_confidence_threshold: float
+    injection_enabled: bool
+    max_injection_tokens: int
+    token_counting: str
+    guaranteed_categories: list[str]
+    guaranteed_token_budget: int
+
+
+class MemoryStatusResponse(BaseModel):
+    config: MemoryConfigResponse
+    data: MemoryResponse
+
+
+class ErrorResponse(BaseModel):
+    detail: str
+
+
+class ValidationErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ValidationErrorResponse(BaseModel):
+    """FastAPI's own 422 shape, used for memstore's validation errors too."""
+
+    detail: list[ValidationErrorItem]

@@ -1,0 +1,127 @@
+"""The PostgreSQL role the application connects as: subject to row-level security (``rls.py``).
+
+Row-level security binds only a role that neither is a superuser, nor has ``BYPASSRLS``; ``FORCE``
+(revision 0008) binds the tables' owner too, but an owner may turn it off again, so the
+application's role owns nothing. It may read and write the rows of the memory tables and use
+their id sequences, and read ``alembic_version`` (the storage checks the schema is at head when
+it opens): no DDL, no other table. Cross-tenant work (migrations, the worker's claims, stats,
+erase, vacuum, backup) runs on ``operator_database_url`` instead.
+
+The statements are rendered here once, so ``memstore db grant-app-role --print`` shows a DBA
+exactly what the command runs. A password never appears in them: the command sends libpq's
+encrypted verifier (as ``psql``'s ``\\password`` does), so neither argv nor the server's statement
+log sees the cleartext.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlalchemy import Connection, Engine, text
+
+from memstore.errors import ConfigError
+from memstore.storage.sql.schema.models import Base
+
+ROLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+VERSION_TABLE = "alembic_version"
+_ROLE_FLAGS = "LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEROLE NOCREATEDB"
+_ROLE_STATE = text("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = :role")
+_OWNED = text(
+    "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = :schema AND c.relname = ANY(:tables) AND pg_get_userbyid(c.relowner) = :role"
+)
+
+
+def memory_tables() -> list[str]:
+    """Every memory table memstore's models define (what the policies must cover)."""
+    return sorted(Base.metadata.tables)
+
+
+def sequences() -> list[str]:
+    """The id sequences of the memory tables (``BIGSERIAL`` names them ``<table>_<column>_seq``)."""
+    return sorted(
+        f"{table.name}_{table.autoincrement_column.name}_seq"
+        for table in Base.metadata.tables.values()
+        if table.autoincrement_column is not None
+    )
+
+
+def check_role_name(role: str) -> str:
+    if not ROLE_NAME.fullmatch(role):
+        raise ConfigError(f"role name {role!r}: use 1-63 letters, digits and _ (not starting with a digit)")
+    return role
+
+
+def create_statement(role: str) -> str:
+    """``CREATE ROLE``: a login that row-level security binds, unable to create roles or databases."""
+    return f'CREATE ROLE "{check_role_name(role)}" {_ROLE_FLAGS}'
+
+
+def grant_statements(role: str, schema: str = "public") -> list[str]:
+    """The grants, all of them idempotent: run again after a ``db upgrade`` that adds a table."""
+    quoted, where = f'"{check_role_name(role)}"', f'"{schema}"'
+    tables = ", ".join(f"{where}.{name}" for name in memory_tables())
+    return [
+        f"GRANT USAGE ON SCHEMA {where} TO {quoted}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {tables} TO {quoted}",
+        f"GRANT USAGE, SELECT ON SEQUENCE {', '.join(f'{where}.{name}' for name in sequences())} TO {quoted}",
+        f"GRANT SELECT ON TABLE {where}.{VERSION_TABLE} TO {quoted}",
+    ]
+
+
+def grant_app_role(
+    engine: Engine, role: str, *, create: bool = False, password: str | None = None
+) -> list[str]:
+    """Create (``create``) and grant ``role`` on ``engine``'s database, in one transaction.
+
+    Refuses a role that would not be bound by the policies: a superuser, a ``BYPASSRLS`` role or
+    the owner of a memory table. Returns the statements run (the password as ``PASSWORD ***``).
+    """
+    if engine.dialect.name != "postgresql":
+        raise ConfigError("application roles are PostgreSQL's: SQLite has no roles or row-level security")
+    check_role_name(role)
+    run: list[str] = []
+    with engine.begin() as conn:
+        schema = str(conn.execute(text("SELECT current_schema()")).scalar_one())
+        exists = conn.execute(_ROLE_STATE, {"role": role}).first()
+        if create:
+            if exists is not None:
+                raise ConfigError(f"role {role} already exists: leave out --create to grant to it")
+            run.append(_execute(conn, create_statement(role)))
+            if password is not None:
+                conn.exec_driver_sql(f"ALTER ROLE \"{role}\" PASSWORD '{_verifier(conn, role, password)}'")
+                run.append(f'ALTER ROLE "{role}" PASSWORD ***')
+        elif exists is None:
+            raise ConfigError(f"role {role} does not exist: pass --create to create it")
+        elif exists[0]:
+            raise ConfigError(
+                f"role {role} is a superuser or has BYPASSRLS, so row-level security never applies to it: "
+                "the application needs a role without either (ALTER ROLE ... NOSUPERUSER NOBYPASSRLS)"
+            )
+        owned = (
+            conn.execute(_OWNED, {"schema": schema, "tables": memory_tables(), "role": role}).scalars().all()
+        )
+        if owned:
+            raise ConfigError(
+                f"role {role} owns {', '.join(owned)}: an owner can switch row-level security off; "
+                "connect the application as a role that owns no memory table"
+            )
+        run.extend(_execute(conn, statement) for statement in grant_statements(role, schema))
+    return run
+
+
+def _execute(conn: Connection, statement: str) -> str:
+    conn.exec_driver_sql(statement)
+    return statement
+
+
+def _verifier(conn: Connection, role: str, password: str) -> str:
+    """libpq's encrypted form of ``password`` (the server's ``password_encryption``, SCRAM by default)."""
+    driver = conn.connection.driver_connection
+    pgconn = getattr(driver, "pgconn", None)
+    if pgconn is None:
+        raise ConfigError("setting a password needs the psycopg driver")
+    verifier = bytes(pgconn.encrypt_password(password.encode("utf-8"), role.encode("utf-8"))).decode("ascii")
+    if "'" in verifier:  # never: a verifier is base64 with $ and : separators
+        raise ConfigError("unexpected password verifier")
+    return verifier

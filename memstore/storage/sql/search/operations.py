@@ -1,0 +1,96 @@
+"""The SQL provider's query surface (``memstore.storage.operations``): reads across scopes as its
+identity may see them, the shared facts ``memory_context`` merges, and the operator's erase and
+vacuum, which cross tenants on the operator connection."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from memstore.errors import StorageUnavailableError
+from memstore.retention import RetentionPolicy
+from memstore.scope import Identity, Scope, normalize_agent_name, validate_user_id
+from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
+from memstore.storage.sql.maintenance import erase as maintenance
+from memstore.storage.sql.maintenance.operator import operator_engine
+from memstore.storage.sql.search import queries
+from memstore.storage.sql.search.vector_store import SqlVectorStore
+from memstore.storage.sql.search.visibility import visible_facts
+
+
+class SqlQueries:
+    """Mixed into ``SqlMemoryStorage``; the attributes below are the provider's."""
+
+    _identity: Identity
+    _engine: Engine
+    _retention: RetentionPolicy
+    _lock: threading.Lock
+    _cache: dict[tuple[str, str | None, str | None], Any]
+    vectors: SqlVectorStore
+
+    def _reading(self, user_id: str | None) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def _unavailable(self, exc: Exception, doing: str = "read memory") -> StorageUnavailableError:
+        raise NotImplementedError
+
+    def visible_facts(
+        self, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Live facts of other owners of the agent that this identity, as ``user_id``, may read:
+        the tenant's public facts and the shared ones granted to the user or its roles."""
+        user = validate_user_id(user_id)
+        reader = Identity(self._identity.tenant_id, user, self._identity.roles)
+        try:
+            with self._reading(user) as conn:
+                return visible_facts(conn, reader, normalize_agent_name(agent_name))
+        except DBAPIError as exc:
+            raise self._unavailable(exc) from exc
+
+    def query_facts(
+        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
+    ) -> FactPage:
+        return queries.query_facts(
+            lambda: self._reading(where.user_id),
+            where,
+            search=search,
+            limit=limit,
+            offset=offset,
+            order=order,
+            policy=self._retention,
+            identity=self._identity,
+        )
+
+    def stats(self) -> MemoryStats:
+        """Every tenant's totals: an operator's figure, read on the operator connection."""
+        return queries.memory_stats(operator_engine(self._engine, "stats"))
+
+    def tenants(self) -> list[str]:
+        """Every tenant that holds a scope: an operator's list, read on the operator connection."""
+        return queries.list_tenants(operator_engine(self._engine, "listing tenants"))
+
+    def list_scopes(self, user_id: str | None = None) -> list[Scope]:
+        return queries.list_scopes(lambda: self._reading(user_id), self._identity.tenant_id, user_id)
+
+    def history(self, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
+        return queries.fact_history(
+            lambda: self._reading(where.user_id), where, self._identity, fact_id=fact_id, limit=limit
+        )
+
+    def erase_user(self, user_id: str) -> dict[str, int]:
+        """Erase the user's memory in this handle's tenant (the operator connection does it)."""
+        tenant_id = self._identity.tenant_id
+        counts = maintenance.erase_user(self._engine, user_id, datetime.now(UTC), tenant_id=tenant_id)
+        self.vectors.forget_user(user_id)
+        with self._lock:
+            for key in [key for key in self._cache if key[0] == tenant_id and key[1] == user_id]:
+                del self._cache[key]
+        return counts
+
+    def vacuum(self, cutoff: datetime) -> dict[str, int]:
+        return maintenance.vacuum(self._engine, cutoff)

@@ -1,0 +1,82 @@
+"""The tenant's ``admin`` edits and deletes other users' shared and public facts, never their
+private ones, and nobody else edits another user's facts (issue 31's matrix). SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from memstore.errors import AccessDeniedError, FactNotFoundError
+from memstore.ops.facts import create_memory_fact, delete_memory_fact, get_memory_data, update_memory_fact
+from memstore.storage.sql import SqlMemoryStorage
+
+ACME = "acme"
+
+
+def _ids_by_content(user: str, tenant: str = ACME) -> dict[str, str]:
+    memory = get_memory_data(user_id=user, tenant_id=tenant)
+    return {fact["content"]: fact["id"] for fact in memory["facts"]}
+
+
+@pytest.fixture
+def alice_facts(sql_storage: SqlMemoryStorage) -> dict[str, str]:
+    """Alice (an editor in acme) holds one private, one shared and one public fact."""
+    create_memory_fact("alice private note", user_id="alice", tenant_id=ACME)
+    create_memory_fact(
+        "alice shared note",
+        user_id="alice",
+        tenant_id=ACME,
+        roles=["editor"],
+        visibility="shared",
+        allowed_users=["bob"],
+    )
+    create_memory_fact(
+        "alice public note", user_id="alice", tenant_id=ACME, roles=["editor"], visibility="public"
+    )
+    return _ids_by_content("alice")
+
+
+def test_admin_edits_and_deletes_shared_and_public_facts_of_another_user(alice_facts: dict[str, str]) -> None:
+    shared, public = alice_facts["alice shared note"], alice_facts["alice public note"]
+    update_memory_fact(
+        shared,
+        content="edited by the admin",
+        user_id="erin",
+        tenant_id=ACME,
+        roles=["admin"],
+        owner_id="alice",
+    )
+    delete_memory_fact(public, user_id="erin", tenant_id=ACME, roles=["admin"], owner_id="alice")
+    assert set(_ids_by_content("alice")) == {"alice private note", "edited by the admin"}
+    # The edit kept the fact's visibility and its grant.
+    [edited] = [f for f in get_memory_data(user_id="alice", tenant_id=ACME)["facts"] if f["id"] == shared]
+    assert (edited["visibility"], edited["allowedUsers"]) == ("shared", ["bob"])
+
+
+def test_admin_never_reaches_a_private_fact_and_may_not_make_one(alice_facts: dict[str, str]) -> None:
+    private, shared = alice_facts["alice private note"], alice_facts["alice shared note"]
+    admin = {"user_id": "erin", "tenant_id": ACME, "roles": ["admin"], "owner_id": "alice"}
+    with pytest.raises(FactNotFoundError):
+        update_memory_fact(private, content="seen", **admin)  # type: ignore[arg-type]
+    with pytest.raises(FactNotFoundError):
+        delete_memory_fact(private, **admin)  # type: ignore[arg-type]
+    with pytest.raises(AccessDeniedError, match="owner may make a fact private"):
+        update_memory_fact(shared, visibility="private", **admin)  # type: ignore[arg-type]
+    assert set(_ids_by_content("alice")) == set(alice_facts)
+
+
+def test_only_the_owner_and_admin_edit_another_users_fact(alice_facts: dict[str, str]) -> None:
+    shared = alice_facts["alice shared note"]
+    for roles in ([], ["editor"], ["finance"]):
+        with pytest.raises(AccessDeniedError, match="owner or the tenant's admin"):
+            update_memory_fact(
+                shared, content="x", user_id="bob", tenant_id=ACME, roles=roles, owner_id="alice"
+            )
+        with pytest.raises(AccessDeniedError):
+            delete_memory_fact(shared, user_id="bob", tenant_id=ACME, roles=roles, owner_id="alice")
+    # Another tenant's admin finds nothing: alice of globex is another person with no such fact.
+    with pytest.raises(FactNotFoundError):
+        delete_memory_fact(shared, user_id="zed", tenant_id="globex", roles=["admin"], owner_id="alice")
+    assert set(_ids_by_content("alice")) == set(alice_facts)
+    # The owner edits its own shared fact without any role.
+    update_memory_fact(shared, content="alice edited", user_id="alice", tenant_id=ACME)
+    assert "alice edited" in _ids_by_content("alice")
