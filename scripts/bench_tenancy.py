@@ -74,7 +74,7 @@ def tenancy(pg_url: str, durability: str, iterations: int, warmup: int) -> list[
     role, app_url = _app_role(pg_url)
     try:
         off = SqlMemoryStorage(pg_url).for_identity(TENANT)
-        on = SqlMemoryStorage(app_url).for_identity(TENANT)
+        on = SqlMemoryStorage(app_url).for_identity(TENANT, ["editor"])
         user = "bench-rls"
         assert off.save(document(FACTS), user_id=user)
         assert on.reload(user_id=user) == off.reload(user_id=user), "the app role reads another document"

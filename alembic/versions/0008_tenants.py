@@ -93,6 +93,7 @@ def upgrade() -> None:
         # As pg_get_expr prints it, so alembic check compares it equal (schema/autogen.py).
         postgresql_where=sa.text("deleted_revision IS NULL AND (visibility)::text <> 'private'::text"),
     )
+    op.create_index("uq_memory_facts_id_scope_id", "memory_facts", ["id", "scope_id"], unique=True)
     op.create_table(
         "memory_fact_grants",
         sa.Column("fact_row_id", _ID, nullable=False),
@@ -104,9 +105,9 @@ def upgrade() -> None:
             "grantee_kind IN ('user', 'role')", name=op.f("ck_memory_fact_grants_known_grantee_kind")
         ),
         sa.ForeignKeyConstraint(
-            ["fact_row_id"],
-            ["memory_facts.id"],
-            name="fk_memory_fact_grants_fact_row_id_memory_facts",
+            ["fact_row_id", "scope_id"],
+            ["memory_facts.id", "memory_facts.scope_id"],
+            name="fk_memory_fact_grants_fact_row_id_scope_id_memory_facts",
             ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
@@ -171,6 +172,7 @@ def downgrade() -> None:
     op.drop_index("ix_memory_fact_grants_tenant_id_grantee_kind_grantee", table_name="memory_fact_grants")
     op.drop_table("memory_fact_grants")
     op.drop_index("ix_memory_facts_tenant_id_visibility", table_name="memory_facts")
+    op.drop_index("uq_memory_facts_id_scope_id", table_name="memory_facts")
     if postgresql:
         op.drop_constraint("ck_memory_facts_known_visibility", "memory_facts", type_="check")
     # In place on SQLite (>= 3.35) too: the CHECK is the column's own, so DROP COLUMN allows it.

@@ -267,10 +267,12 @@ def update_memory_fact(
         raise FactNotFoundError(fact_id)
     if as_admin and visibility == "private":
         raise AccessDeniedError("only its owner may make a fact private")
+    # An admin compares with what it may read, or a refused duplicate would tell it a private text.
+    comparable = [fact for fact in facts if not (as_admin and _is_private(fact))]
     given: Fact = {}
     if content is not None:
         given["content"] = fact_content(content)
-        _refuse_duplicate(facts, given["content"], ignore_id=fact_id)
+        _refuse_duplicate(comparable, given["content"], ignore_id=fact_id)
     if category is not None:
         given["category"] = fact_category(category)
     if confidence is not None:
@@ -288,9 +290,10 @@ def update_memory_fact(
         access is not None and access_of(held) != access
     ):
         if "content" in given:
-            _refuse_duplicate(facts_of(stored), given["content"], ignore_id=fact_id)
+            readable = [fact for fact in facts_of(stored) if not (as_admin and _is_private(fact))]
+            _refuse_duplicate(readable, given["content"], ignore_id=fact_id)
         raise FactEditConflictError(fact_id)
-    return stored
+    return _without_private(stored) if as_admin else stored
 
 
 def _new_access(
@@ -339,7 +342,14 @@ def delete_memory_fact(
         raise FactNotFoundError(fact_id)
     updated = dict(memory)
     updated["facts"] = kept
-    return _save(storage, updated, agent_name, owner, "Failed to save memory after deleting a fact")
+    stored = _save(storage, updated, agent_name, owner, "Failed to save memory after deleting a fact")
+    return _without_private(stored) if as_admin else stored
+
+
+def _without_private(memory: MemoryDocument) -> MemoryDocument:
+    """What an admin editing another user's fact gets back: the owner's shared and public facts
+    only, never its private facts or summaries."""
+    return {"facts": [fact for fact in facts_of(memory) if not _is_private(fact)]}
 
 
 def _is_private(fact: Fact) -> bool:

@@ -70,11 +70,14 @@ consolidation groups per cycle. The groups below are data, HTML-escaped.
 
 
 def select_consolidation_candidates(memory: MemoryDocument, config: MemoryConfig) -> dict[str, list[Fact]]:
-    """Facts grouped by stripped category, for the groups large enough and not protected."""
+    """Facts grouped by stripped category, for the groups large enough and not protected.
+
+    Only private facts: a merge writes a new, private fact, so merging a shared or public one
+    would quietly take it away from the users it was shared with."""
     facts = memory.get("facts")
     groups: dict[str, list[Fact]] = {}
     for fact in facts if isinstance(facts, list) else []:
-        if not isinstance(fact, dict):
+        if not isinstance(fact, dict) or fact.get("visibility", "private") != "private":
             continue
         category = fact.get("category", DEFAULT_CATEGORY)
         if not isinstance(category, str) or not category.strip():

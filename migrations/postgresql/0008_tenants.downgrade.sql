@@ -45,13 +45,11 @@ ALTER TABLE memory_fact_grants NO FORCE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_fact_grants DISABLE ROW LEVEL SECURITY;
 
-DROP POLICY memstore_read ON memory_history;
+DROP POLICY memstore_owner_read ON memory_history;
 
 DROP POLICY memstore_owner_insert ON memory_history;
 
 DROP POLICY memstore_owner_update ON memory_history;
-
-DROP POLICY memstore_admin_insert ON memory_history;
 
 ALTER TABLE memory_history NO FORCE ROW LEVEL SECURITY;
 
@@ -65,7 +63,7 @@ ALTER TABLE memory_fact_embeddings NO FORCE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_fact_embeddings DISABLE ROW LEVEL SECURITY;
 
-DROP POLICY memstore_tenant ON memory_erasures;
+DROP POLICY memstore_tenant_read ON memory_erasures;
 
 ALTER TABLE memory_erasures NO FORCE ROW LEVEL SECURITY;
 
@@ -114,6 +112,8 @@ DROP INDEX ix_memory_fact_grants_tenant_id_grantee_kind_grantee;
 DROP TABLE memory_fact_grants;
 
 DROP INDEX ix_memory_facts_tenant_id_visibility;
+
+DROP INDEX uq_memory_facts_id_scope_id;
 
 ALTER TABLE memory_facts DROP CONSTRAINT ck_memory_facts_ck_memory_facts_known_visibility;
 

@@ -21,6 +21,8 @@ UPDATE memory_facts f SET tenant_id = s.tenant_id FROM memory_scopes s WHERE s.i
 
 CREATE INDEX ix_memory_facts_tenant_id_visibility ON memory_facts (tenant_id, visibility) WHERE deleted_revision IS NULL AND (visibility)::text <> 'private'::text;
 
+CREATE UNIQUE INDEX uq_memory_facts_id_scope_id ON memory_facts (id, scope_id);
+
 CREATE TABLE memory_fact_grants (
     fact_row_id BIGINT NOT NULL,
     grantee_kind VARCHAR(4) NOT NULL,
@@ -29,7 +31,7 @@ CREATE TABLE memory_fact_grants (
     tenant_id VARCHAR(128) DEFAULT 'default' NOT NULL,
     CONSTRAINT pk_memory_fact_grants PRIMARY KEY (fact_row_id, grantee_kind, grantee),
     CONSTRAINT ck_memory_fact_grants_known_grantee_kind CHECK (grantee_kind IN ('user', 'role')),
-    CONSTRAINT fk_memory_fact_grants_fact_row_id_memory_facts FOREIGN KEY(fact_row_id) REFERENCES memory_facts (id) ON DELETE CASCADE,
+    CONSTRAINT fk_memory_fact_grants_fact_row_id_scope_id_memory_facts FOREIGN KEY(fact_row_id, scope_id) REFERENCES memory_facts (id, scope_id) ON DELETE CASCADE,
     CONSTRAINT fk_memory_fact_grants_scope_id_memory_scopes FOREIGN KEY(scope_id) REFERENCES memory_scopes (id) ON DELETE CASCADE
 );
 
@@ -82,7 +84,7 @@ ALTER TABLE memory_facts ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_facts FORCE ROW LEVEL SECURITY;
 
-CREATE POLICY memstore_read ON memory_facts FOR SELECT USING (tenant_id = current_setting('memstore.tenant_id', true) AND (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) OR visibility = 'public' OR (visibility = 'shared' AND ('admin' = ANY(string_to_array(current_setting('memstore.roles', true), ',')) OR EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id AND ((g.grantee_kind = 'user' AND g.grantee = current_setting('memstore.user_id', true)) OR (g.grantee_kind = 'role' AND g.grantee = ANY(string_to_array(current_setting('memstore.roles', true), ',')))))))));
+CREATE POLICY memstore_read ON memory_facts FOR SELECT USING (tenant_id = current_setting('memstore.tenant_id', true) AND (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) OR (deleted_revision IS NULL AND (visibility = 'public' OR (visibility = 'shared' AND ('admin' = ANY(string_to_array(current_setting('memstore.roles', true), ',')) OR EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id AND ((g.grantee_kind = 'user' AND g.grantee = current_setting('memstore.user_id', true)) OR (g.grantee_kind = 'role' AND g.grantee = ANY(string_to_array(current_setting('memstore.roles', true), ',')))))))))));
 
 CREATE POLICY memstore_owner_insert ON memory_facts FOR INSERT WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true) AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
 
@@ -106,13 +108,11 @@ ALTER TABLE memory_history ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_history FORCE ROW LEVEL SECURITY;
 
-CREATE POLICY memstore_read ON memory_history FOR SELECT USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) OR (entity = 'fact' AND EXISTS (SELECT 1 FROM memory_facts f WHERE f.scope_id = memory_history.scope_id AND f.fact_id = memory_history.entity_id)));
+CREATE POLICY memstore_owner_read ON memory_history FOR SELECT USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
 
 CREATE POLICY memstore_owner_insert ON memory_history FOR INSERT WITH CHECK (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
 
 CREATE POLICY memstore_owner_update ON memory_history FOR UPDATE USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
-
-CREATE POLICY memstore_admin_insert ON memory_history FOR INSERT WITH CHECK ('admin' = ANY(string_to_array(current_setting('memstore.roles', true), ',')) AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true)));
 
 ALTER TABLE memory_fact_embeddings ENABLE ROW LEVEL SECURITY;
 
@@ -120,13 +120,13 @@ ALTER TABLE memory_fact_embeddings FORCE ROW LEVEL SECURITY;
 
 CREATE POLICY memstore_read ON memory_fact_embeddings FOR SELECT USING (fact_row_id IN (SELECT f.id FROM memory_facts f));
 
-CREATE POLICY memstore_owner_write ON memory_fact_embeddings FOR ALL USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
+CREATE POLICY memstore_owner_write ON memory_fact_embeddings FOR ALL USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) AND fact_row_id IN (SELECT f.id FROM memory_facts f WHERE f.scope_id = memory_fact_embeddings.scope_id));
 
 ALTER TABLE memory_erasures ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_erasures FORCE ROW LEVEL SECURITY;
 
-CREATE POLICY memstore_tenant ON memory_erasures FOR ALL USING (tenant_id = current_setting('memstore.tenant_id', true)) WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true));
+CREATE POLICY memstore_tenant_read ON memory_erasures FOR SELECT USING (tenant_id = current_setting('memstore.tenant_id', true));
 
 ALTER TABLE memory_queue ENABLE ROW LEVEL SECURITY;
 

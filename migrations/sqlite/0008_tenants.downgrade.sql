@@ -37,6 +37,8 @@ DROP TABLE memory_fact_grants;
 
 DROP INDEX ix_memory_facts_tenant_id_visibility;
 
+DROP INDEX uq_memory_facts_id_scope_id;
+
 ALTER TABLE memory_facts DROP COLUMN visibility;
 
 ALTER TABLE memory_facts DROP COLUMN tenant_id;

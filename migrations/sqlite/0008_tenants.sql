@@ -17,6 +17,8 @@ ALTER TABLE memory_facts ADD COLUMN visibility VARCHAR(8) DEFAULT 'private' NOT 
 
 CREATE INDEX ix_memory_facts_tenant_id_visibility ON memory_facts (tenant_id, visibility) WHERE deleted_revision IS NULL AND visibility <> 'private';
 
+CREATE UNIQUE INDEX uq_memory_facts_id_scope_id ON memory_facts (id, scope_id);
+
 CREATE TABLE memory_fact_grants (
     fact_row_id INTEGER NOT NULL,
     grantee_kind VARCHAR(4) NOT NULL,
@@ -25,7 +27,7 @@ CREATE TABLE memory_fact_grants (
     tenant_id VARCHAR(128) DEFAULT 'default' NOT NULL,
     CONSTRAINT pk_memory_fact_grants PRIMARY KEY (fact_row_id, grantee_kind, grantee),
     CONSTRAINT ck_memory_fact_grants_known_grantee_kind CHECK (grantee_kind IN ('user', 'role')),
-    CONSTRAINT fk_memory_fact_grants_fact_row_id_memory_facts FOREIGN KEY(fact_row_id) REFERENCES memory_facts (id) ON DELETE CASCADE,
+    CONSTRAINT fk_memory_fact_grants_fact_row_id_scope_id_memory_facts FOREIGN KEY(fact_row_id, scope_id) REFERENCES memory_facts (id, scope_id) ON DELETE CASCADE,
     CONSTRAINT fk_memory_fact_grants_scope_id_memory_scopes FOREIGN KEY(scope_id) REFERENCES memory_scopes (id) ON DELETE CASCADE
 );
 

@@ -162,8 +162,9 @@ def expected(identity: Identity) -> dict[str, set[Any]]:
                 or (g[1] == "role" and g[2] in identity.roles)
             )
         },
+        # A fact's past is its owner's alone (its earlier text may predate its sharing).
         "memory_history": {(s, "section", "workContext") for s in own_scopes}
-        | {(f.scope, "fact", f.key) for f in FACTS if f.key in facts or _own(identity, f.scope)},
+        | {(f.scope, "fact", f.key) for f in FACTS if _own(identity, f.scope)},
         "memory_fact_embeddings": facts,
         "memory_erasures": {t for t in ("acme", "globex") if t == identity.tenant_id},
         "memory_queue": {(identity.tenant_id, u) for u in users},
@@ -520,7 +521,11 @@ def _refused(seeded: Seeded, identity: Identity, statement: str, **params: Any) 
     with seeded.app.connect() as conn:
         conn.begin()
         _as(conn, identity)
-        with pytest.raises(DBAPIError, match="violates row-level security policy") as refused:
+        # A policy's check (42501 "violates row-level security policy") or, for a key column the
+        # role may not update at all, its column grants (42501 "permission denied").
+        with pytest.raises(
+            DBAPIError, match=r"violates row-level security policy|permission denied"
+        ) as refused:
             conn.execute(text(statement), params)
         assert getattr(refused.value.orig, "sqlstate", None) == "42501"
         conn.rollback()
@@ -846,3 +851,44 @@ def test_doctor_says_whether_the_policies_bind_each_connection(
     admin.dispose()
     verdict, detail = rls(database_url=postgres_url)
     assert verdict == "warn" and detail.startswith("2 tenants, and the application's role")
+
+
+def test_the_hostile_reviews_holes_stay_closed(seeded: Seeded) -> None:
+    """Each of these worked before the column grants, the grants' composite key, the vectors'
+    fact check and the read-only erasures: now each is refused."""
+    bob = Identity.of("bob", tenant_id="acme")
+    erin = Identity.of("erin", tenant_id="acme", roles=["admin"])
+    alices = seeded.scope_id(("acme", "alice", AGENT))
+    bobs = seeded.scope_id(("acme", "bob", AGENT))
+    nobodys = seeded.fact_id("a_shared_to_nobody")
+    # An admin (or anyone) cannot take another user's scope, or move a fact between scopes.
+    _refused(seeded, erin, "UPDATE memory_scopes SET user_id = 'erin' WHERE id = :s", s=alices)
+    _refused(seeded, erin, "UPDATE memory_facts SET scope_id = :s WHERE id = :f", s=alices, f=nobodys)
+    # Nobody grants themselves another owner's shared fact under a scope of their own.
+    grant = (
+        "INSERT INTO memory_fact_grants (fact_row_id, grantee_kind, grantee, scope_id, tenant_id) "
+        "VALUES (:f, 'user', 'bob', :s, 'acme')"
+    )
+    with seeded.app.connect() as conn:
+        conn.begin()
+        _as(conn, bob)
+        with pytest.raises(DBAPIError, match=r"foreign key|row-level security"):
+            conn.execute(text(grant), {"f": nobodys, "s": bobs})
+        conn.rollback()
+    # Nor plants a vector on another owner's fact.
+    _refused(
+        seeded,
+        bob,
+        "INSERT INTO memory_fact_embeddings (fact_row_id, scope_id, model, dimension, content_key, vector, "
+        "embedded_at) VALUES (:f, :s, 'm', 1, 'k', ARRAY[1.0]::real[], now())",
+        f=seeded.fact_id("a_public"),
+        s=bobs,
+    )
+    # Erasures are written by an erase (the operator's connection) only; the audit trail's text
+    # cannot be rewritten.
+    _refused(
+        seeded,
+        bob,
+        "INSERT INTO memory_erasures (user_digest, tenant_id, erased_at) VALUES ('x', 'acme', now())",
+    )
+    _refused(seeded, bob, "UPDATE memory_history SET origin = 'forged'")

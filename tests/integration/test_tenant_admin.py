@@ -37,7 +37,7 @@ def alice_facts(sql_storage: SqlMemoryStorage) -> dict[str, str]:
 
 def test_admin_edits_and_deletes_shared_and_public_facts_of_another_user(alice_facts: dict[str, str]) -> None:
     shared, public = alice_facts["alice shared note"], alice_facts["alice public note"]
-    update_memory_fact(
+    returned = update_memory_fact(
         shared,
         content="edited by the admin",
         user_id="erin",
@@ -45,7 +45,12 @@ def test_admin_edits_and_deletes_shared_and_public_facts_of_another_user(alice_f
         roles=["admin"],
         owner_id="alice",
     )
-    delete_memory_fact(public, user_id="erin", tenant_id=ACME, roles=["admin"], owner_id="alice")
+    # What the admin gets back is what it may read: never the owner's private facts.
+    assert {fact["content"] for fact in returned["facts"]} == {"edited by the admin", "alice public note"}
+    after_delete = delete_memory_fact(
+        public, user_id="erin", tenant_id=ACME, roles=["admin"], owner_id="alice"
+    )
+    assert [fact["content"] for fact in after_delete["facts"]] == ["edited by the admin"]
     assert set(_ids_by_content("alice")) == {"alice private note", "edited by the admin"}
     # The edit kept the fact's visibility and its grant.
     [edited] = [f for f in get_memory_data(user_id="alice", tenant_id=ACME)["facts"] if f["id"] == shared]
@@ -80,3 +85,31 @@ def test_only_the_owner_and_admin_edit_another_users_fact(alice_facts: dict[str,
     # The owner edits its own shared fact without any role.
     update_memory_fact(shared, content="alice edited", user_id="alice", tenant_id=ACME)
     assert "alice edited" in _ids_by_content("alice")
+
+
+def test_every_writer_needs_editor_to_share(sql_storage: SqlMemoryStorage) -> None:
+    """The rule holds in the storage itself, for writers that skip the fact helpers (the DeerFlow
+    adapters, a direct save): sharing a fact, or changing whom it is shared with, needs a role."""
+    plain = sql_storage.for_identity(ACME)
+    public = {"id": "fact_00000001", "content": "mallory says hi", "visibility": "public"}
+    with pytest.raises(AccessDeniedError, match="editor or admin"):
+        plain.save({"facts": [public]}, user_id="mallory")
+    assert plain.reload(user_id="mallory")["facts"] == []
+    editor = sql_storage.for_identity(ACME, ["editor"])
+    shared = {"id": "fact_00000002", "content": "team note", "visibility": "shared", "allowedUsers": ["bob"]}
+    assert editor.save({"facts": [shared]}, user_id="mallory")
+    # Without the role: keeping the fact as shared is fine, widening its grants is not, making it
+    # private is.
+    stored = plain.load(user_id="mallory")
+    stored["facts"][0]["content"] = "team note, edited"
+    assert plain.save(stored, user_id="mallory")
+    widened = plain.load(user_id="mallory")
+    widened["facts"][0]["allowedUsers"] = ["bob", "carol"]
+    with pytest.raises(AccessDeniedError):
+        plain.save(widened, user_id="mallory")
+    private = plain.load(user_id="mallory")
+    private["facts"][0] = {
+        key: value for key, value in private["facts"][0].items() if key not in ("visibility", "allowedUsers")
+    }
+    assert plain.save(private, user_id="mallory")
+    assert "visibility" not in plain.reload(user_id="mallory")["facts"][0]

@@ -125,7 +125,7 @@ def _seed(url: str, canaries: list[Canary]) -> None:
             if canary.roles:
                 fact["allowedRoles"] = list(canary.roles)
             facts.append(fact)
-        handle = storage.for_identity(tenant)
+        handle = storage.for_identity(tenant, ["editor"])  # sharing needs editor
         assert handle.save({"facts": facts}, AGENT, user_id=owner, origin="arena")
     storage.close()
 

@@ -88,6 +88,15 @@ class TestSelectConsolidationCandidates:
     def test_above_threshold(self) -> None:
         assert len(select_consolidation_candidates(memory_with(*group("k", 12)), ON)["knowledge"]) == 12
 
+    def test_shared_and_public_facts_are_never_candidates(self) -> None:
+        """A merge writes a private fact: merging a shared one would take it from its grantees."""
+        shared = group("s", 4, visibility="shared", allowedUsers=["bob"]) + group("p", 4, visibility="public")
+        assert select_consolidation_candidates(memory_with(*shared), ON) == {}
+        mixed = select_consolidation_candidates(memory_with(*shared, *group("k", 8)), ON)
+        assert [f["id"] for f in mixed["knowledge"]] == [f"k{i}" for i in range(8)]
+        applied = apply(memory_with(*shared, *group("k", 8)), update([merge(["s0", "s1"], "both shared")]))
+        assert "both shared" not in contents(applied.memory)
+
     def test_multiple_categories(self) -> None:
         memory = memory_with(*group("k", 10), *group("p", 9, "preference"), *group("g", 3, "goal"))
         assert sorted(select_consolidation_candidates(memory, ON)) == ["knowledge", "preference"]

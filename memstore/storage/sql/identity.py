@@ -40,8 +40,9 @@ _enforced: dict[str, bool] = {}
 _lock = threading.Lock()
 
 
-def policies_apply(engine: Engine) -> bool:
-    """Whether the engine's role is subject to row-level security (asked once per engine)."""
+def policies_apply(engine: Engine, conn: Connection | None = None) -> bool:
+    """Whether the engine's role is subject to row-level security (asked once per engine URL), on
+    ``conn`` when the caller holds one: a second checkout could wait forever on a one-connection pool."""
     if engine.dialect.name != "postgresql":
         return False
     # By URL: an engine with other execution options (the autocommit reader) shares the answer.
@@ -49,8 +50,11 @@ def policies_apply(engine: Engine) -> bool:
     with _lock:
         known = _enforced.get(key)
     if known is None:
-        with engine.connect() as conn:
+        if conn is not None:
             known = not bool(conn.execute(_BYPASSES).scalar())
+        else:
+            with engine.connect() as own:
+                known = not bool(own.execute(_BYPASSES).scalar())
         with _lock:
             _enforced[key] = known
     return known
@@ -58,7 +62,7 @@ def policies_apply(engine: Engine) -> bool:
 
 def set_identity(conn: Connection, identity: Identity) -> None:
     """Set the transaction's identity when the policies apply to this connection's role."""
-    if policies_apply(conn.engine):
+    if policies_apply(conn.engine, conn):
         conn.execute(SET_IDENTITY, identity_parameters(identity))
 
 

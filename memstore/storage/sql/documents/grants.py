@@ -12,10 +12,12 @@ from typing import Any
 
 from memstore.document import VISIBILITIES
 from memstore.errors import MalformedDocumentError
-from memstore.scope import ROLE_PATTERN, USER_ID_PATTERN
+from memstore.scope import ADMIN_ROLE, EDITOR_ROLE, ROLE_PATTERN, USER_ID_PATTERN
 
 PRIVATE = "private"
 SHARED = "shared"
+SHARING_ROLES = frozenset({EDITOR_ROLE, ADMIN_ROLE})
+"""Either may make a fact shared or public (everyone may keep theirs private)."""
 MAX_GRANTS = 100
 """Users, and roles, one shared fact may be granted to (each list)."""
 Grants = tuple[tuple[str, str], ...]

@@ -70,6 +70,7 @@ from memstore.storage.sql.documents.write import (
     inherited_signals,
     late_write,
     plan_save,
+    refuse_unauthorised_sharing,
     vanished_fold_targets,
 )
 from memstore.storage.sql.engine import (
@@ -257,7 +258,9 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         unreachable database (connection refused or lost, lock, statement or pool timeout) raises
         ``StorageUnavailableError`` instead, like ``load``: retrying later can succeed. A document
         loaded, or a conversation captured, before the scope was erased, cleared or vacuumed
-        raises ``StaleDocumentError`` (see ``write.late_write``).
+        raises ``StaleDocumentError`` (see ``write.late_write``). A save that would share a fact, or
+        change whom it is shared with, on a handle without the role ``editor`` or ``admin``
+        (``for_identity``) raises ``AccessDeniedError`` and changes nothing.
         """
         scope = resolve_scope(agent_name, user_id)
         with self._lock:
@@ -337,7 +340,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         with self._engine.connect() as conn:
             conn.execution_options(**self._write_options)
             with conn.begin() as transaction:
-                if conn.dialect.name == "postgresql" and policies_apply(self._engine):
+                if conn.dialect.name == "postgresql" and policies_apply(self._engine, conn):
                     settings = {**self._pg_timeouts, **identity_parameters(self._acting(scope[0]))}
                     conn.execute(TIMEOUTS_AND_IDENTITY, settings)
                 elif conn.dialect.name == "postgresql":
@@ -376,6 +379,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
                     cap,
                     lambda: access.fact_signals(conn, tenant_id, scope),
                 )
+                refuse_unauthorised_sharing(plan, self._identity.roles)
                 for fact_id in plan.tombstones:
                     if fact_id not in plan.removal_detail and removals and fact_id in removals:
                         plan.removal_detail[fact_id] = dict(removals[fact_id])

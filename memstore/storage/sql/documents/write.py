@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, RootTransaction, insert
 
 from memstore.document import as_utc, new_fact_id
-from memstore.errors import LeaseLostError
+from memstore.errors import AccessDeniedError, LeaseLostError
 from memstore.retention import FactSignals
 from memstore.scope import Scope
 from memstore.storage.sql.documents import access
@@ -22,7 +22,7 @@ from memstore.storage.sql.documents.codec import (
     IncomingDocument,
     SectionValues,
 )
-from memstore.storage.sql.documents.grants import SHARED, Grants
+from memstore.storage.sql.documents.grants import PRIVATE, SHARED, SHARING_ROLES, Grants, fact_access
 from memstore.storage.sql.documents.json_values import json_object
 from memstore.storage.sql.documents.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
 from memstore.storage.sql.documents.snapshot import plan_from_snapshot
@@ -143,6 +143,26 @@ def plan_save(
         cap=cap,
         new_id=new_fact_id,
     )
+
+
+def refuse_unauthorised_sharing(plan: MergePlan, roles: frozenset[str]) -> None:
+    """``AccessDeniedError`` when the save would share a fact, or change whom it is shared with,
+    for a handle without ``editor`` or ``admin``: the rule holds for every writer (the DeerFlow
+    adapters, a direct save), not only for the fact helpers that check it first. Keeping a fact
+    as it was, or making it private, needs no role; the LLM's updates write private facts only."""
+    if roles & SHARING_ROLES:
+        return
+    for values, _ in plan.inserts:
+        if values.visibility != PRIVATE:
+            raise AccessDeniedError(f"fact {values.fact_id}: sharing a fact needs the role editor or admin")
+    for values, _ in plan.updates:
+        if values.visibility == PRIVATE:
+            continue
+        before = fact_access(plan.fact_before.get(values.fact_id, {}))
+        if before != (values.visibility, values.grants):
+            raise AccessDeniedError(
+                f"fact {values.fact_id}: changing whom a fact is shared with needs the role editor or admin"
+            )
 
 
 def complete_leased(transaction: RootTransaction, conn: Connection, lease: QueueLease, now: datetime) -> None:

@@ -18,6 +18,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     LargeBinary,
@@ -158,6 +159,8 @@ class MemoryFact(Base):
         CheckConstraint("length(content) > 0", name="content_not_empty"),
         CheckConstraint("visibility IN ('private', 'shared', 'public')", name="known_visibility"),
         Index("uq_memory_facts_scope_id_fact_id", "scope_id", "fact_id", unique=True),
+        # The target of memory_fact_grants' (fact_row_id, scope_id) foreign key.
+        Index("uq_memory_facts_id_scope_id", "id", "scope_id", unique=True),
         # Dedup is race-free because the database refuses a second live fact with the same key.
         Index(
             "uq_memory_facts_live_content_key",
@@ -196,9 +199,7 @@ class MemoryFactGrant(Base):
 
     __tablename__ = "memory_fact_grants"
 
-    fact_row_id: Mapped[int] = mapped_column(
-        Id, ForeignKey("memory_facts.id", ondelete="CASCADE"), primary_key=True
-    )
+    fact_row_id: Mapped[int] = mapped_column(Id, primary_key=True)
     grantee_kind: Mapped[str] = mapped_column(String(4), primary_key=True)
     grantee: Mapped[str] = mapped_column(String(128), primary_key=True)
     scope_id: Mapped[int] = mapped_column(
@@ -208,6 +209,14 @@ class MemoryFactGrant(Base):
 
     __table_args__ = (
         CheckConstraint("grantee_kind IN ('user', 'role')", name="known_grantee_kind"),
+        # The grant's scope is its fact's: the owner's policy on scope_id then covers the fact, and
+        # nobody can attach a grant to another owner's fact under a scope of their own.
+        ForeignKeyConstraint(
+            ["fact_row_id", "scope_id"],
+            ["memory_facts.id", "memory_facts.scope_id"],
+            ondelete="CASCADE",
+            name="fk_memory_fact_grants_fact_row_id_scope_id_memory_facts",
+        ),
         Index("ix_memory_fact_grants_tenant_id_grantee_kind_grantee", "tenant_id", "grantee_kind", "grantee"),
         Index("ix_memory_fact_grants_scope_id", "scope_id"),
     )

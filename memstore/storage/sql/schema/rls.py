@@ -40,8 +40,8 @@ _GRANTED = (
     f"OR (g.grantee_kind = 'role' AND g.grantee = ANY({ROLES}))))"
 )
 _FACT_READABLE = (
-    f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR visibility = 'public' "
-    f"OR (visibility = 'shared' AND ({IS_ADMIN} OR {_GRANTED})))"
+    f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR (deleted_revision IS NULL AND "
+    f"(visibility = 'public' OR (visibility = 'shared' AND ({IS_ADMIN} OR {_GRANTED})))))"
 )
 _FACT_OWNED = f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}"
 _FACT_ADMINISTERED = f"tenant_id = {TENANT} AND visibility <> 'private' AND {IS_ADMIN}"
@@ -88,28 +88,25 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
             f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR {IS_ADMIN})",
         ),
     ),
+    # A fact's past versions are its owner's alone: an earlier text may predate its sharing.
     "memory_history": (
-        (
-            "memstore_read",
-            "SELECT",
-            f"scope_id IN {OWN_SCOPES} OR (entity = 'fact' AND EXISTS (SELECT 1 FROM memory_facts f "
-            "WHERE f.scope_id = memory_history.scope_id AND f.fact_id = memory_history.entity_id))",
-            None,
-        ),
+        ("memstore_owner_read", "SELECT", f"scope_id IN {OWN_SCOPES}", None),
         ("memstore_owner_insert", "INSERT", None, f"scope_id IN {OWN_SCOPES}"),
         ("memstore_owner_update", "UPDATE", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),
-        (
-            "memstore_admin_insert",
-            "INSERT",
-            None,
-            f"{IS_ADMIN} AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = {TENANT})",
-        ),
     ),
     "memory_fact_embeddings": (
         ("memstore_read", "SELECT", "fact_row_id IN (SELECT f.id FROM memory_facts f)", None),
-        ("memstore_owner_write", "ALL", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),
+        (
+            "memstore_owner_write",
+            "ALL",
+            f"scope_id IN {OWN_SCOPES}",
+            # The vector's fact must be in the same, own scope: no vector planted on another's fact.
+            f"scope_id IN {OWN_SCOPES} AND fact_row_id IN "
+            "(SELECT f.id FROM memory_facts f WHERE f.scope_id = memory_fact_embeddings.scope_id)",
+        ),
     ),
-    "memory_erasures": (("memstore_tenant", "ALL", f"tenant_id = {TENANT}", f"tenant_id = {TENANT}"),),
+    # Read by the save's erasure fence; written only by an erase, on the operator connection.
+    "memory_erasures": (("memstore_tenant_read", "SELECT", f"tenant_id = {TENANT}", None),),
     "memory_queue": (
         (
             "memstore_owner",

@@ -57,13 +57,71 @@ def create_statement(role: str) -> str:
     return f'CREATE ROLE "{check_role_name(role)}" {_ROLE_FLAGS}'
 
 
+UPDATABLE: dict[str, tuple[str, ...]] = {
+    "memory_scopes": ("revision", "version", "updated_at", "cleared_at", "purged_revision"),
+    "memory_sections": ("summary", "updated_at", "extra", "revision"),
+    "memory_facts": (
+        "position",
+        "content",
+        "content_key",
+        "category",
+        "confidence",
+        "created_at",
+        "source",
+        "source_error",
+        "extra",
+        "visibility",
+        "added_revision",
+        "updated_revision",
+        "deleted_revision",
+        "deleted_at",
+        "last_confirmed_at",
+        "last_accessed_at",
+        "access_count",
+    ),
+    "memory_history": ("detail",),
+    "memory_fact_embeddings": ("model", "dimension", "content_key", "vector", "embedded_at"),
+    "memory_queue": (
+        "messages",
+        "message_chars",
+        "correction_detected",
+        "reinforcement_detected",
+        "state",
+        "generation",
+        "attempts",
+        "failures",
+        "captured_at",
+        "pending_since",
+        "due_at",
+        "latest_due_at",
+        "not_before",
+        "lease_owner",
+        "lease_token",
+        "lease_expires_at",
+        "enqueued_by",
+        "last_error",
+        "updated_at",
+        "completed_at",
+    ),
+    "memory_queue_claims": ("lease_owner", "lease_token", "lease_expires_at", "claimed_at"),
+}
+"""The columns the application updates, per table. No key column (``id``, ``tenant_id``,
+``user_id``, ``agent_name``, ``scope_id``, ``fact_row_id``) is among them: the policies check a row's
+owner and tenant, and PostgreSQL ORs the checks of every policy, so a role that could rewrite those
+columns could hand a row to another owner, or take one. Tables missing here are never updated."""
+
+
 def grant_statements(role: str, schema: str = "public") -> list[str]:
     """The grants, all of them idempotent: run again after a ``db upgrade`` that adds a table."""
     quoted, where = f'"{check_role_name(role)}"', f'"{schema}"'
     tables = ", ".join(f"{where}.{name}" for name in memory_tables())
     return [
         f"GRANT USAGE ON SCHEMA {where} TO {quoted}",
-        f"GRANT SELECT, INSERT, UPDATE, DELETE ON TABLE {tables} TO {quoted}",
+        f"GRANT SELECT, INSERT, DELETE ON TABLE {tables} TO {quoted}",
+        *(
+            f"GRANT UPDATE ({', '.join(columns)}) ON TABLE {where}.{table} TO {quoted}"
+            for table, columns in UPDATABLE.items()
+        ),
         f"GRANT USAGE, SELECT ON SEQUENCE {', '.join(f'{where}.{name}' for name in sequences())} TO {quoted}",
         f"GRANT SELECT ON TABLE {where}.{VERSION_TABLE} TO {quoted}",
     ]

@@ -20,7 +20,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     column,
-    exists,
     func,
     literal_column,
     or_,
@@ -286,26 +285,9 @@ def list_scopes(engine: Connect, tenant_id: str, user_id: str | None) -> list[Sc
 def fact_history(
     engine: Connect, where: FactFilter, identity: Identity, *, fact_id: str | None, limit: int
 ) -> list[HistoryEntry]:
-    """The newest ``limit`` audit rows for the filtered scopes, oldest first; for a named user, also
-    the rows of other owners' facts that user may read now."""
+    """The newest ``limit`` audit rows for the filtered scopes, oldest first. Only the scopes' own:
+    a fact shared now may have held other text while it was private, so its past stays its owner's."""
     conditions: list[ColumnElement[bool]] = scope_conditions(where, identity.tenant_id)
-    if where.user_id is not None:
-        with engine() as conn:
-            shared = shares_any(conn, identity.tenant_id)
-        if shared:
-            reader = replace(identity, user_id=where.user_id)
-            readable = exists().where(
-                _facts.c.scope_id == _history.c.scope_id,
-                _facts.c.fact_id == _history.c.entity_id,
-                _facts.c.deleted_revision.is_(None),
-                readable_by(reader),
-            )
-            others = [
-                _history.c.entity == "fact",
-                readable,
-                *scope_conditions(replace(where, user_id=None), identity.tenant_id),
-            ]
-            conditions = [or_(and_(*conditions), and_(*others))]
     if fact_id is not None:
         conditions.append(and_(_history.c.entity == "fact", _history.c.entity_id == fact_id))
     query = (

@@ -32,6 +32,9 @@ MAX_VISIBLE_FACTS = 500
 """Other owners' facts ``memory_context`` considers; the token budget keeps far fewer."""
 
 _EMPTY: Any = literal_column("''")
+# A literal, not a bound parameter: only then can the planner (SQLite's, and PostgreSQL's generic
+# plan for a prepared statement) prove the partial index ix_memory_facts_tenant_id_visibility applies.
+NOT_PRIVATE: ColumnElement[bool] = _facts.c.visibility != literal_column(f"'{PRIVATE}'")
 
 
 def readable_by(identity: Identity) -> ColumnElement[bool]:
@@ -59,7 +62,7 @@ def shares_any(conn: Connection, tenant_id: str) -> bool:
         .where(
             _facts.c.tenant_id == tenant_id,
             _facts.c.deleted_revision.is_(None),
-            _facts.c.visibility != PRIVATE,
+            NOT_PRIVATE,
         )
         .limit(1)
     )
@@ -90,7 +93,7 @@ def visible_facts(conn: Connection, identity: Identity, agent_name: str | None) 
             agent_is(agent_name),
             func.coalesce(_scopes.c.user_id, _EMPTY) != (identity.user_id or ""),
             _facts.c.deleted_revision.is_(None),
-            _facts.c.visibility != PRIVATE,
+            NOT_PRIVATE,
             readable_by(identity),
         )
         .order_by(_facts.c.confidence.desc(), _facts.c.id)
@@ -116,7 +119,12 @@ def _document_fact(row: Any) -> dict[str, Any]:
             extra,
             row.visibility,
         )
-        return decode_fact(values)
+        decoded = decode_fact(values)
+        # Never another owner's grant lists (kept verbatim in extra when they were given unsorted):
+        # they name the other users the fact is shared with.
+        decoded.pop("allowedUsers", None)
+        decoded.pop("allowedRoles", None)
+        return decoded
     fact: dict[str, Any] = {
         "id": row.fact_id,
         "content": row.content,
