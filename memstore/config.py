@@ -78,6 +78,8 @@ class MemoryConfig(BaseModel):
     debounce_seconds: int = Field(default=30, ge=1, le=300)
     model_name: str | None = None
     max_facts: int = Field(default=100, ge=10, le=500)
+    # Live facts one tenant may hold across all its users; unset: no cap (SQL provider).
+    tenant_max_facts: int | None = Field(default=None, ge=1)
     fact_confidence_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
     mode: Literal["middleware", "tool"] = "middleware"
     injection_enabled: bool = True

@@ -43,6 +43,10 @@ class AccessDeniedError(MemstoreError, PermissionError):
 # -- storage -------------------------------------------------------------------------------
 
 
+class TenantQuotaError(AccessDeniedError):
+    """A save would take its tenant past ``tenant_max_facts``: refused, nothing written."""
+
+
 class StorageUnavailableError(MemstoreError):
     """The backing store cannot be reached (database down, disk gone); retrying later may succeed."""
 

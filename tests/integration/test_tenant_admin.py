@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from memstore.errors import AccessDeniedError, FactNotFoundError
+from memstore.config import MemoryConfig
+from memstore.errors import AccessDeniedError, FactNotFoundError, TenantQuotaError
 from memstore.ops.facts import create_memory_fact, delete_memory_fact, get_memory_data, update_memory_fact
+from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 
 ACME = "acme"
@@ -113,3 +115,24 @@ def test_every_writer_needs_editor_to_share(sql_storage: SqlMemoryStorage) -> No
     }
     assert plain.save(private, user_id="mallory")
     assert "visibility" not in plain.reload(user_id="mallory")["facts"][0]
+
+
+def test_a_tenant_at_its_fact_cap_is_refused_while_another_tenant_still_saves(
+    sql_storage: SqlMemoryStorage, isolated_config: MemoryConfig
+) -> None:
+    isolated_config.tenant_max_facts = 3
+    reset_memory_storage()
+    storage = get_memory_storage()
+    acme = storage.for_identity(ACME)
+    assert acme.save({"facts": [{"content": f"acme fact {i}"} for i in range(2)]}, user_id="alice")
+    assert acme.save({"facts": [{"content": "bob fact"}]}, user_id="bob")
+    with pytest.raises(TenantQuotaError, match="tenant acme holds 3 live facts and tenant_max_facts is 3"):
+        acme.save({"facts": [{"content": "one too many"}]}, user_id="carol")
+    assert acme.reload(user_id="carol")["facts"] == []
+    # Over HTTP and in the tools it is a refusal (403), like any AccessDeniedError.
+    assert issubclass(TenantQuotaError, AccessDeniedError)
+    # Another tenant is not held back; and replacing a fact (one out, one in) still fits.
+    assert storage.for_identity("globex").save({"facts": [{"content": "globex fact"}]}, user_id="alice")
+    bob = acme.load(user_id="bob")
+    bob["facts"] = [{"content": "bob's new fact"}]
+    assert acme.save(bob, user_id="bob")

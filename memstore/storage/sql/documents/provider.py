@@ -61,6 +61,7 @@ from memstore.storage.sql.documents.statements import (
     WRITE_TIMEOUTS,
     scope_keys,
 )
+from memstore.storage.sql.documents.tenant_cap import refuse_over_cap
 from memstore.storage.sql.documents.write import (
     apply_plan,
     audit_folds,
@@ -113,6 +114,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         self._url = database_url if database_url is not None else database_url_from_config(config)
         self._engine = get_engine(self._url)
         self._max_facts = config.max_facts if max_facts is None else max_facts
+        self._tenant_max_facts = config.tenant_max_facts
         self._retention = RetentionPolicy.of(config)
         # A stuck lock on one scope must cost its own save a retry, not everyone's saves a wait.
         lock_ms = round(config.write_lock_timeout_seconds * 1000)
@@ -380,6 +382,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
                     lambda: access.fact_signals(conn, tenant_id, scope),
                 )
                 refuse_unauthorised_sharing(plan, self._identity.roles)
+                refuse_over_cap(conn, self._engine, tenant_id, plan, self._tenant_max_facts)
                 for fact_id in plan.tombstones:
                     if fact_id not in plan.removal_detail and removals and fact_id in removals:
                         plan.removal_detail[fact_id] = dict(removals[fact_id])
