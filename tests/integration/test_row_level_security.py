@@ -49,6 +49,7 @@ from memstore.storage.sql.schema.models import (
     sections_table,
 )
 from tests.integration.conftest import Cli
+from tests.support.app_role import app_role_url
 from tests.support.postgres import fresh_database
 
 pytestmark = pytest.mark.postgres
@@ -735,21 +736,10 @@ def _drop_role(server: Engine, url: str, role: str) -> None:
 
 
 @pytest.fixture
-def app_url(postgres_url: str, pg_server_url: str) -> Iterator[str]:
+def app_url(postgres_url: str) -> Iterator[str]:
     """A fresh migrated database's URL as a new application role (dropped afterwards)."""
-    role, password = f"memstore_app_{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
-    admin = create_engine(postgres_url)
-    try:
-        roles.grant_app_role(admin, role, create=True, password=password)
-    finally:
-        admin.dispose()
-    try:
-        yield (
-            make_url(postgres_url).set(username=role, password=password).render_as_string(hide_password=False)
-        )
-    finally:
-        dispose_engines()
-        _drop_role(_server(pg_server_url), postgres_url, role)
+    with app_role_url(postgres_url) as url:
+        yield url
 
 
 def _scope_with_fact(conn: Connection, tenant: str, user: str, visibility: str = "private") -> int:

@@ -11,20 +11,16 @@ full-text and substring search, history and the scopes it can enumerate.
 from __future__ import annotations
 
 import secrets
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 from memstore.scope import Identity
 from memstore.storage.records import ANY_AGENT, FactFilter
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.engine import dispose_engines
-from memstore.storage.sql.schema.roles import grant_app_role
+from tests.support.app_role import app_role_url
 
 AGENT = "helper"
 
@@ -94,22 +90,12 @@ def arena_url(request: pytest.FixtureRequest) -> Iterator[str]:
     if request.param == "postgresql":
         yield owner_url
         return
-    role = f"memstore_arena_{uuid.uuid4().hex[:10]}"
-    password = secrets.token_hex(12)
-    owner = create_engine(owner_url)
-    try:
-        grant_app_role(owner, role, create=True, password=password)
-        yield make_url(owner_url).set(username=role, password=password).render_as_string(hide_password=False)
-    finally:
-        dispose_engines()
-        with owner.connect() as conn:
-            conn.execute(text(f'DROP OWNED BY "{role}"'))
-            conn.execute(text(f'DROP ROLE "{role}"'))
-            conn.commit()
-        owner.dispose()
+    with app_role_url(owner_url, "memstore_arena") as url:
+        yield url
 
 
-def _seed(url: str, canaries: list[Canary]) -> None:
+def seed(url: str, canaries: list[Canary], agent: str | None = AGENT) -> None:
+    """Each owner's canaries as one save into ``agent``'s scope (sharing needs ``editor``)."""
     storage = SqlMemoryStorage(url)
     by_owner: dict[tuple[str, str], list[Canary]] = {}
     for canary in canaries:
@@ -125,8 +111,8 @@ def _seed(url: str, canaries: list[Canary]) -> None:
             if canary.roles:
                 fact["allowedRoles"] = list(canary.roles)
             facts.append(fact)
-        handle = storage.for_identity(tenant, ["editor"])  # sharing needs editor
-        assert handle.save({"facts": facts}, AGENT, user_id=owner, origin="arena")
+        handle = storage.for_identity(tenant, ["editor"])
+        assert handle.save({"facts": facts}, agent, user_id=owner, origin="arena")
     storage.close()
 
 
@@ -151,7 +137,7 @@ def _everything_read(storage: SqlMemoryStorage, identity: Identity) -> str:
 
 def test_no_identity_reads_a_canary_it_was_not_granted(arena_url: str) -> None:
     canaries = _canaries()
-    _seed(arena_url, canaries)
+    seed(arena_url, canaries)
     storage = SqlMemoryStorage(arena_url)
     leaks: list[str] = []
     missing: list[str] = []
@@ -171,7 +157,7 @@ def test_no_identity_reads_a_canary_it_was_not_granted(arena_url: str) -> None:
 def test_the_merge_is_exactly_what_was_granted(arena_url: str) -> None:
     """``visible_facts`` (what memory_context merges) holds exactly the other owners' granted canaries."""
     canaries = _canaries()
-    _seed(arena_url, canaries)
+    seed(arena_url, canaries)
     storage = SqlMemoryStorage(arena_url)
     for identity in IDENTITIES:
         handle = storage.for_identity(identity.tenant_id, identity.roles)

@@ -31,8 +31,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.testclient import TestClient
 from mcp import Client
-from sqlalchemy import create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import select, text
 
 from memstore.cli.serve_app import create_app, header_roles, header_tenant, header_user
 from memstore.config import MemoryConfig
@@ -49,11 +48,11 @@ from memstore.queue import get_memory_queue, reset_memory_queue
 from memstore.scope import Identity
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.engine import dispose_engines, get_engine
+from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.identity import policies_apply, transaction
 from memstore.storage.sql.schema.models import queue_table
-from memstore.storage.sql.schema.roles import grant_app_role
-from tests.reliability.test_leak_arena import AGENT, IDENTITIES, Canary, _canaries, _may_read
+from tests.reliability.test_leak_arena import AGENT, IDENTITIES, Canary, _canaries, _may_read, seed
+from tests.support.app_role import app_role_url
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.semantic import MODEL
 
@@ -80,21 +79,12 @@ def arena(request: pytest.FixtureRequest) -> Iterator[Arena]:
     if request.param == "postgresql":
         yield Arena(owner_url, owner_url, app_role=False)
         return
-    role, password = f"memstore_entry_{uuid.uuid4().hex[:10]}", secrets.token_hex(12)
-    owner = create_engine(owner_url)
-    try:
-        grant_app_role(owner, role, create=True, password=password)
-        app_url = make_url(owner_url).set(username=role, password=password)
-        yield Arena(app_url.render_as_string(hide_password=False), owner_url, app_role=True)
-    finally:
-        reset_memory_queue()
-        reset_memory_storage()
-        dispose_engines()
-        with owner.connect() as conn:
-            conn.execute(text(f'DROP OWNED BY "{role}"'))
-            conn.execute(text(f'DROP ROLE "{role}"'))
-            conn.commit()
-        owner.dispose()
+    with app_role_url(owner_url, "memstore_entry") as app_url:
+        try:
+            yield Arena(app_url, owner_url, app_role=True)
+        finally:
+            reset_memory_queue()
+            reset_memory_storage()
 
 
 @pytest.fixture
@@ -120,29 +110,6 @@ def configured(
 # -- seeding --------------------------------------------------------------------------------------
 
 
-def _seed(url: str, canaries: list[Canary], agent: str | None) -> None:
-    """As ``test_leak_arena._seed`` does, into ``agent``'s scope of each owner."""
-    storage = SqlMemoryStorage(url)
-    by_owner: dict[tuple[str, str], list[Canary]] = {}
-    for canary in canaries:
-        by_owner.setdefault((canary.tenant, canary.owner), []).append(canary)
-    for (tenant, owner), owned in by_owner.items():
-        facts = []
-        for index, canary in enumerate(owned):
-            fact: dict[str, Any] = {"id": f"fact_{index:08d}", "content": canary.text, "confidence": 0.9}
-            if canary.visibility != "private":
-                fact["visibility"] = canary.visibility
-            if canary.users:
-                fact["allowedUsers"] = list(canary.users)
-            if canary.roles:
-                fact["allowedRoles"] = list(canary.roles)
-            facts.append(fact)
-        assert storage.for_identity(tenant, ["editor"]).save(
-            {"facts": facts}, agent, user_id=owner, origin="arena"
-        )
-    storage.close()
-
-
 @dataclass(frozen=True)
 class Seeded:
     own_scope: list[Canary]
@@ -158,8 +125,8 @@ class Seeded:
 @pytest.fixture
 def seeded(arena: Arena, configured: MemoryConfig) -> Seeded:
     seeded = Seeded(_canaries(), _canaries())
-    _seed(arena.url, seeded.own_scope, None)
-    _seed(arena.url, seeded.helper, AGENT)
+    seed(arena.url, seeded.own_scope, None)
+    seed(arena.url, seeded.helper, AGENT)
     owner = SqlMemoryStorage(arena.owner_url)
     try:
         assert embed_facts(config=configured, storage=owner) == len(seeded.every)

@@ -10,15 +10,13 @@ connection, and a row forged for another tenant is refused by the policy.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import ProgrammingError
 
 from memstore.config import MemoryConfig, set_memory_config
@@ -29,14 +27,14 @@ from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_que
 from memstore.queue.bounds import table_limits
 from memstore.scope import Identity
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
-from memstore.storage.sql.engine import dispose_engines, get_engine
+from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.identity import policies_apply, transaction
 from memstore.storage.sql.queue import claims as queue_claims
 from memstore.storage.sql.queue import table as queue_table
 from memstore.storage.sql.queue.table import QueuedConversation, ScopeClaim
-from memstore.storage.sql.schema import roles
 from memstore.storage.sql.schema.models import queue_table as queue_rows
 from memstore.update.updater import MemoryUpdater
+from tests.support.app_role import app_role_url
 
 TENANTS = ("acme", "globex")
 
@@ -228,32 +226,14 @@ def test_the_memory_queue_keys_by_tenant_and_saves_into_each(sql_url: str, tmp_p
 
 
 @pytest.fixture
-def app_url(postgres_url: str, pg_server_url: str) -> Iterator[str]:
+def app_url(postgres_url: str) -> Iterator[str]:
     """The migrated database as a new application role, which the policies bind (dropped after)."""
-    role, password = f"memstore_q_{uuid.uuid4().hex[:12]}", uuid.uuid4().hex
-    admin = create_engine(postgres_url)
-    try:
-        roles.grant_app_role(admin, role, create=True, password=password)
-    finally:
-        admin.dispose()
-    try:
-        yield (
-            make_url(postgres_url).set(username=role, password=password).render_as_string(hide_password=False)
-        )
-    finally:
-        reset_memory_queue()
-        reset_memory_storage()
-        dispose_engines()
-        database = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
-        with database.connect() as conn:
-            conn.execute(text(f'DROP OWNED BY "{role}"'))
-        database.dispose()
-        server = create_engine(
-            make_url(pg_server_url).set(drivername="postgresql+psycopg"), isolation_level="AUTOCOMMIT"
-        )
-        with server.connect() as conn:
-            conn.execute(text(f'DROP ROLE "{role}"'))
-        server.dispose()
+    with app_role_url(postgres_url, "memstore_q") as url:
+        try:
+            yield url
+        finally:
+            reset_memory_queue()
+            reset_memory_storage()
 
 
 @pytest.mark.postgres
