@@ -13,9 +13,12 @@ creates and ``memstore lifecycle run`` all rank with this one module, so they al
 - **Reserved slots**: at the cap, up to ``min(eviction_reserved_max, ceil(max_facts *
   eviction_reserved_fraction))`` facts of the guaranteed categories are kept first, best score
   first; unused slots go back to ordinary competition.
-- **Decay score**: ``confidence * max(freshness, heat)``, with freshness counted from the last
-  confirmation or, failing that, creation (not halved). It falls towards zero for a fact nobody
-  re-states or uses; ``expire_below`` removes facts under it, never protected categories.
+- **Decay score** (the design's ``decay_score``): ``confidence * max(freshness, heat)``, with
+  freshness counted from the last confirmation or, failing that, creation (not halved), over a
+  half-life stretched by importance (``confirmation_half_life_days * (0.5 + importance)``: the
+  default importance 0.5 leaves it as configured, 1.0 makes it 1.5 times as long). It falls
+  towards zero for a fact nobody re-states or uses; ``expire_below`` removes facts under it,
+  never protected categories.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any
 
 from memstore.config import MemoryConfig
 from memstore.document import coerce_confidence, parse_timestamp
+from memstore.record import DEFAULT_IMPORTANCE, IMPORTANCE_KEY
 
 _SECONDS_PER_DAY = 86_400.0
 _HEAT_SATURATION = math.log(9.0)
@@ -54,6 +58,7 @@ class Candidate:
     confidence: float
     created_at: datetime | None
     signals: FactSignals = NO_SIGNALS
+    importance: float = DEFAULT_IMPORTANCE
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +125,14 @@ class RetentionPolicy:
             expire_below=config.expire_below,
         )
 
-    def _freshness(self, fact: Candidate, now: datetime, *, creation_weight: float) -> float:
+    def _freshness(
+        self, fact: Candidate, now: datetime, *, creation_weight: float, stretch: float = 1.0
+    ) -> float:
+        half_life = self.confirmation_half_life_days * stretch
         confirmed = fact.signals.last_confirmed_at
         if confirmed is not None:
-            return _half_life_decay(confirmed, now, self.confirmation_half_life_days)
-        return creation_weight * _half_life_decay(fact.created_at, now, self.confirmation_half_life_days)
+            return _half_life_decay(confirmed, now, half_life)
+        return creation_weight * _half_life_decay(fact.created_at, now, half_life)
 
     def _heat(self, fact: Candidate, now: datetime) -> float:
         signals = fact.signals
@@ -152,7 +160,8 @@ class RetentionPolicy:
     def decay(self, fact: Candidate, now: datetime) -> Score:
         """The decay score of ``fact`` at ``now``: ``confidence * max(freshness, heat)``."""
         confidence = coerce_confidence(fact.confidence)
-        freshness = self._freshness(fact, now, creation_weight=1.0)
+        stretch = 0.5 + coerce_confidence(fact.importance, DEFAULT_IMPORTANCE)
+        freshness = self._freshness(fact, now, creation_weight=1.0, stretch=stretch)
         heat = self._heat(fact, now)
         return Score(confidence * max(freshness, heat), confidence, freshness, heat)
 
@@ -209,4 +218,5 @@ def candidate_of(fact: dict[str, Any], signals: Mapping[str, FactSignals], index
         confidence=coerce_confidence(fact.get("confidence")),
         created_at=parse_timestamp(fact.get("createdAt")),
         signals=signals.get(fact_id, NO_SIGNALS) if isinstance(fact_id, str) else NO_SIGNALS,
+        importance=coerce_confidence(fact.get(IMPORTANCE_KEY), DEFAULT_IMPORTANCE),
     )

@@ -23,6 +23,19 @@ from alembic import op
 
 from memstore.storage.sql.schema import rls
 
+# The tables this revision puts under row-level security (later revisions add their own).
+_RLS_TABLES = (
+    "memory_scopes",
+    "memory_sections",
+    "memory_facts",
+    "memory_fact_grants",
+    "memory_history",
+    "memory_fact_embeddings",
+    "memory_erasures",
+    "memory_queue",
+    "memory_queue_claims",
+)
+
 revision: str = "0008"
 down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
@@ -140,7 +153,7 @@ def upgrade() -> None:
     op.drop_table("memory_queue_claims")
     _claims_table(with_tenant=True)
     if postgresql:
-        for statement in rls.create_statements():
+        for statement in rls.create_statements(_RLS_TABLES):
             op.execute(statement)
 
 
@@ -156,7 +169,7 @@ def downgrade() -> None:
                 "(memstore erase --tenant ...), since revision 0007 keeps one tenant"
             )
     if postgresql:
-        for statement in rls.drop_statements():
+        for statement in rls.drop_statements(_RLS_TABLES):
             op.execute(statement)
     op.drop_table("memory_queue_claims")
     _claims_table(with_tenant=False)

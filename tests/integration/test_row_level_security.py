@@ -45,8 +45,10 @@ from memstore.storage.sql.schema.models import (
     grants_table,
     history_table,
     queue_table,
+    relations_table,
     scopes_table,
     sections_table,
+    tags_table,
 )
 from tests.integration.conftest import Cli
 from tests.support.app_role import app_role_url
@@ -167,6 +169,9 @@ def expected(identity: Identity) -> dict[str, set[Any]]:
         "memory_history": {(s, "section", "workContext") for s in own_scopes}
         | {(f.scope, "fact", f.key) for f in FACTS if _own(identity, f.scope)},
         "memory_fact_embeddings": facts,
+        # Tags go where their fact goes; relations (between a scope's facts) stay with its owner.
+        "memory_fact_tags": facts,
+        "memory_fact_relations": {f.key for f in FACTS if _own(identity, f.scope)},
         "memory_erasures": {t for t in ("acme", "globex") if t == identity.tenant_id},
         "memory_queue": {(identity.tenant_id, u) for u in users},
         "memory_queue_claims": {(identity.tenant_id, u) for u in users},
@@ -208,6 +213,8 @@ class Seeded:
             "memory_fact_embeddings": {
                 self.fact_ids[r["fact_row_id"]] for r in rows["memory_fact_embeddings"]
             },
+            "memory_fact_tags": {self.fact_ids[r["fact_row_id"]] for r in rows["memory_fact_tags"]},
+            "memory_fact_relations": {r["fact_id"] for r in rows["memory_fact_relations"]},
             "memory_erasures": {r["tenant_id"] for r in rows["memory_erasures"]},
             "memory_queue": {(r["tenant_id"], r["user_id"]) for r in rows["memory_queue"]},
             "memory_queue_claims": {(r["tenant_id"], r["user_id"]) for r in rows["memory_queue_claims"]},
@@ -288,6 +295,20 @@ def _seed(admin: Engine, seeded: Seeded) -> None:
                     content_key=canary,
                     vector=[0.5, 0.5],
                     embedded_at=NOW,
+                )
+            )
+            conn.execute(
+                insert(tags_table).values(
+                    fact_row_id=row_id, tag=f"tag-{fact.key}", scope_id=scope_id, tenant_id=fact.tenant
+                )
+            )
+            conn.execute(
+                insert(relations_table).values(
+                    scope_id=scope_id,
+                    fact_id=fact.key,
+                    kind="related_to",
+                    target_fact_id=fact.key,
+                    tenant_id=fact.tenant,
                 )
             )
             conn.execute(

@@ -24,6 +24,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "memstore.errors",
             "memstore.document",
+            "memstore.record",
             "memstore.scope",
             "memstore.config",
             "memstore.retention",

@@ -15,11 +15,9 @@ carries a CHECK constraint and every reader coerces it anyway.
 
 from __future__ import annotations
 
-import json
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import islice
 from typing import Any, NamedTuple
@@ -32,14 +30,24 @@ from memstore.document import (
     format_timestamp,
     new_fact_id,
     parse_timestamp,
-    unstorable,
 )
 from memstore.errors import MalformedDocumentError
+from memstore.record import RECORD_KEYS
 from memstore.storage.limits import MAX_NESTING, nests_deeper
 from memstore.storage.sql.documents.grants import PRIVATE, Grants, fact_access
-from memstore.storage.sql.documents.json_values import copy_json
+from memstore.storage.sql.documents.json_values import (
+    canonical_json,
+    copy_json,
+    same_json,
+    same_types,
+    storable,
+)
+from memstore.storage.sql.documents.record_values import Record, Relations, encode_record
+
+__all__ = ["Record", "Relations"]
 
 RESERVED_KEY = "$memstore"
+_SETS = ("tags", "relations")
 INCARNATION_KEY = "incarnation"
 FACT_FIELDS = (
     "id",
@@ -52,6 +60,7 @@ FACT_FIELDS = (
     "visibility",
     "allowedUsers",
     "allowedRoles",
+    *RECORD_KEYS,
 )
 SECTION_FIELDS = ("summary", "updatedAt")
 MAX_FACT_ID = 64
@@ -75,10 +84,16 @@ class FactValues:
     extra: dict[str, Any]
     visibility: str = PRIVATE
     grants: Grants = ()
+    record: Record | None = None
+    """The memory record's fields; None when all are at their defaults (most facts)."""
 
     @property
     def content_key(self) -> str:
         return fact_content_key(self.content)
+
+    @property
+    def fields(self) -> Record:
+        return self.record if self.record is not None else Record.default(self.category)
 
     def same_as(self, other: FactValues) -> bool:
         """Type-strict equality: ``{"x": 1}`` and ``{"x": True}`` in ``extra`` differ."""
@@ -92,6 +107,7 @@ class FactValues:
             and self.source_error == other.source_error
             and self.visibility == other.visibility
             and self.grants == other.grants
+            and self.fields.same_as(other.fields)
             and canonical_json(self.extra) == canonical_json(other.extra)
         )
 
@@ -145,7 +161,7 @@ class KnownFact(NamedTuple):
             return False
         for key in self.lax_keys:  # a loop: twice as fast as all() over a generator, here
             value, stored_value = raw[key], stored[key]
-            if value is not stored_value and not _same_types(value, stored_value):
+            if value is not stored_value and not same_types(value, stored_value):
                 return False
         return True
 
@@ -170,60 +186,6 @@ class IncomingDocument:
     sections: dict[str, SectionValues]
 
 
-_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-"""``\\u0000`` in JSON text (an escaped backslash before ``u0000`` is not one): NUL in a value."""
-
-
-def canonical_json(value: object) -> str:
-    """Strict JSON (no NaN), sorted: comparable across reads and accepted by every backend."""
-    if value == {}:
-        return "{}"  # the common case, on the hot path of every save
-    try:
-        text = _storable(json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise MalformedDocumentError(f"value is not JSON-serialisable: {exc}") from exc
-    if _JSON_NUL.search(text):
-        raise MalformedDocumentError(f"text {unstorable(chr(0))}")
-    return text
-
-
-def _storable(text: str) -> str:
-    """``text`` if every dialect can store it: PostgreSQL takes no NUL in text or JSON, and no
-    driver sends a lone surrogate. Refused here, before any SQL, so both dialects agree."""
-    problem = unstorable(text)
-    if problem is not None:
-        raise MalformedDocumentError(f"text {problem}")
-    return text
-
-
-def _same(left: object, right: object) -> bool:
-    # 1 == 1.0 == True in Python; a round trip must not turn one into another.
-    return type(left) is type(right) and left == right
-
-
-_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def same_json(left: object, right: object) -> bool:
-    """Type-strict equality of JSON values: ``1``, ``1.0`` and ``True`` differ, so do ``0.0`` and ``-0.0``."""
-    return left == right and _same_types(left, right)
-
-
-def _same_types(left: object, right: object) -> bool:
-    """Given ``left == right``: whether they are also the same JSON (which ``==`` does not check)."""
-    if left is right:
-        return True
-    if type(left) is not type(right):
-        return False
-    if isinstance(left, float) and isinstance(right, float):
-        return math.copysign(1.0, left) == math.copysign(1.0, right)
-    if isinstance(left, dict) and isinstance(right, dict):
-        return all(_same_types(item, right[key]) for key, item in left.items())
-    if isinstance(left, list) and isinstance(right, list):
-        return all(_same_types(a, b) for a, b in zip(left, right, strict=True))
-    return True
-
-
 def _lax_keys(raw: Mapping[str, Any]) -> tuple[str, ...]:
     """The keys whose values ``==`` alone does not pin down: anything but strings and null."""
     return tuple(key for key, value in raw.items() if value is not None and type(value) is not str)
@@ -241,7 +203,9 @@ def _with_overrides(
         raise MalformedDocumentError(f"JSON nested deeper than {MAX_NESTING} levels cannot be stored")
     extra = {key: value for key, value in given.items() if key not in fields and key != RESERVED_KEY}
     raw = {
-        key: given[key] for key in fields if key in given and not _same(base.get(key, _MISSING), given[key])
+        key: given[key]
+        for key in fields
+        if key in given and not same_json(base.get(key, _MISSING), given[key])
     }
     if RESERVED_KEY in given:
         raw[RESERVED_KEY] = given[RESERVED_KEY]
@@ -287,6 +251,8 @@ def _fact_base(values: FactValues) -> dict[str, Any]:
         names = [grantee for grantee_kind, grantee in values.grants if grantee_kind == kind]
         if names:
             base[key] = names
+    if values.record is not None:
+        base.update(values.record.document_keys(values.category))
     return base
 
 
@@ -305,19 +271,26 @@ def encode_fact(raw: Mapping[str, Any], fact_id: str) -> FactValues:
     source_error = given.get("sourceError")
     visibility, grants = fact_access(given)
     values = FactValues(
-        fact_id=_storable(fact_id),
-        content=_storable(given["content"]),
-        category=_storable(category)
+        fact_id=storable(fact_id),
+        content=storable(given["content"]),
+        category=storable(category)
         if isinstance(category, str) and len(category) <= MAX_CATEGORY
         else DEFAULT_CATEGORY,
         confidence=float(coerce_confidence(given.get("confidence"))),
         created_at=parse_timestamp(given.get("createdAt")),
-        source=_storable(source) if isinstance(source, str) and len(source) <= MAX_SOURCE else None,
-        source_error=_storable(source_error) if isinstance(source_error, str) else None,
+        source=storable(source) if isinstance(source, str) and len(source) <= MAX_SOURCE else None,
+        source_error=storable(source_error) if isinstance(source_error, str) else None,
         extra={},
         visibility=visibility,
         grants=grants,
     )
+    record = encode_record(given, values.category)
+    if record is not None:
+        values = replace(values, record=record)
+        # Tags and relations are sets: a valid list is stored and read back sorted, not verbatim.
+        given.update(
+            {key: value for key, value in record.document_keys(values.category).items() if key in _SETS}
+        )
     # ``extra`` depends on what the columns reproduce, so it is filled in once they are known.
     values.extra.update(_with_overrides(_fact_base(values), given, FACT_FIELDS))
     canonical_json(values.extra)  # refuse what the database could not store (NaN, objects)
@@ -336,7 +309,7 @@ def _section_base(values: SectionValues) -> dict[str, Any]:
 def encode_section(raw: Mapping[str, Any]) -> SectionValues:
     summary = raw.get("summary")
     base = SectionValues(
-        summary=_storable(summary) if isinstance(summary, str) else "",
+        summary=storable(summary) if isinstance(summary, str) else "",
         updated_at=parse_timestamp(raw.get("updatedAt")),
         extra={},
     )
@@ -415,7 +388,7 @@ def _unchanged_prefix(raw_facts: list[Any], known_facts: Mapping[str, KnownFact]
         stored = entry.raw
         for key in entry.lax_keys:
             value, stored_value = raw[key], stored[key]
-            if value is not stored_value and not _same_types(value, stored_value):  # a loaded copy: `is`
+            if value is not stored_value and not same_types(value, stored_value):  # a loaded copy: `is`
                 return []
     return [entry.fact for entry in known]
 

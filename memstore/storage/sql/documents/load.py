@@ -23,11 +23,13 @@ import orjson
 from sqlalchemy import Connection, TextualSelect, column, text
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
+from memstore.record import DEFAULT_IMPORTANCE, DEFAULT_SOURCE_KIND, default_type
 from memstore.storage.sql.documents.cache import CacheEntry, incarnation, stamp_of
 from memstore.storage.sql.documents.codec import (
     EMPTY_SECTION,
     INCARNATION_KEY,
     FactValues,
+    Record,
     SectionValues,
     decode_fact,
     decode_section,
@@ -61,6 +63,15 @@ _GRANTS = (
     "FROM memory_fact_grants g WHERE g.fact_row_id = f.id) END"
 )
 _LIVE = "FROM memory_facts f WHERE f.scope_id = s.id AND f.deleted_revision IS NULL"
+# The record columns (``record_values.Record``); tags and relations as JSON text, NULL when none.
+_RECORD = (
+    "f.memory_type, f.importance, f.source_kind, f.raw, {structured}, "
+    "(SELECT {aggregate}(t.tag) FROM memory_fact_tags t WHERE t.fact_row_id = f.id), "
+    "(SELECT {aggregate}({pair}(r.kind, r.target_fact_id)) FROM memory_fact_relations r "
+    "WHERE r.scope_id = f.scope_id AND r.fact_id = f.fact_id)"
+)
+_SQLITE_RECORD = _RECORD.format(structured="f.structured", aggregate="json_group_array", pair="json_array")
+_PG_RECORD = _RECORD.format(structured="f.structured::text", aggregate="json_agg", pair="json_build_array")
 _SQLITE_ITEM = _FACT_ITEM.format(
     confidence=f"CASE WHEN {_EXACT} THEN CAST({_SCALED} AS BIGINT) END", created_at="f.created_at"
 )
@@ -68,8 +79,8 @@ _SQLITE_GRANTS = _GRANTS.format(aggregate="group_concat")
 _PG_GRANTS = _GRANTS.format(aggregate="string_agg")
 _SQLITE_LOAD = f"""
 SELECT {_SCOPE},
-  (SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra, f.visibility, {_SQLITE_GRANTS}))
-     {_LIVE}) AS facts,
+  (SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra, f.visibility, {_SQLITE_GRANTS},
+     {_SQLITE_RECORD})) {_LIVE}) AS facts,
   (SELECT json_group_array(json_array(c.section, c.summary, c.updated_at, c.extra))
      FROM memory_sections c WHERE c.scope_id = s.id) AS sections
 FROM memory_scopes s WHERE {_WHERE}
@@ -84,8 +95,8 @@ _PG_ITEM = _FACT_ITEM.format(
 _PG_SECTION = f"c.section, c.summary, {_PG_STAMP.format('c.updated_at')}, c.extra::text"
 _POSTGRESQL_LOAD = f"""
 SELECT {_SCOPE},
-  (SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text, f.visibility, {_PG_GRANTS}))::text {_LIVE})
-     AS facts,
+  (SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text, f.visibility, {_PG_GRANTS},
+     {_PG_RECORD}))::text {_LIVE}) AS facts,
   (SELECT json_agg(json_build_array({_PG_SECTION}))::text
      FROM memory_sections c WHERE c.scope_id = s.id) AS sections
 FROM memory_scopes s WHERE {_WHERE}
@@ -111,6 +122,18 @@ LOAD_STATEMENTS = {"sqlite": _statement(_SQLITE_LOAD), "postgresql": _statement(
 """The cold load per dialect, bound by ``statements.scope_keys``; no row means nothing is stored."""
 
 
+_NONE: tuple[object, ...] = (None, "[]", [])
+"""An empty aggregate: PostgreSQL's ``json_agg`` gives NULL, SQLite's ``json_group_array`` ``[]``."""
+
+
+def _json_list(value: object) -> list[Any]:
+    """An aggregate as a list: JSON text from PostgreSQL, already an array in SQLite's JSON."""
+    if value in _NONE:
+        return []
+    parsed = orjson.loads(value) if isinstance(value, str) else value
+    return list(parsed) if isinstance(parsed, list) else []
+
+
 def _timestamp(value: str | None) -> datetime | None:
     return as_utc(datetime.fromisoformat(value)) if value is not None else None
 
@@ -133,9 +156,35 @@ def _extra(value: object) -> dict[str, Any]:
     return {} if value == "{}" else json_object(json.loads(value))
 
 
+def _record(item: list[Any]) -> Record | None:
+    """The item's record columns, or None when they hold the defaults (checked without building one)."""
+    category = item[3]
+    memory_type, importance, source_kind, raw, structured, tags, relations = item[11:]
+    if (
+        memory_type == default_type(category)
+        and importance == DEFAULT_IMPORTANCE
+        and source_kind == DEFAULT_SOURCE_KIND
+        and raw is None
+        and structured is None
+        and tags in _NONE
+        and relations in _NONE
+    ):
+        return None
+    record = Record(
+        memory_type,
+        importance,
+        source_kind,
+        raw,
+        None if structured is None else _extra(structured),
+        tuple(sorted(_json_list(tags))),
+        tuple(sorted((kind, target) for kind, target in _json_list(relations))),
+    )
+    return None if record.is_default_for(category) else record
+
+
 def _fact_values(item: list[Any]) -> FactValues:
     _, fact_id, content, category, confidence, created_at, source, source_error, extra, visibility, grants = (
-        item
+        item[:11]
     )
     return FactValues(
         fact_id,
@@ -148,13 +197,14 @@ def _fact_values(item: list[Any]) -> FactValues:
         _extra(extra),
         visibility,
         parse_grants(grants),
+        _record(item),
     )
 
 
 def _document_fact(item: list[Any]) -> dict[str, Any]:
     """``codec.decode_fact`` of the item, without building its ``FactValues`` when it has no ``extra``."""
-    _, fact_id, content, category, confidence, created_at, source, source_error, extra, visibility, _ = item
-    if extra != "{}" or visibility != PRIVATE:
+    _, fact_id, content, category, confidence, created_at, source, source_error, extra, visibility = item[:10]
+    if extra != "{}" or visibility != PRIVATE or _record(item) is not None:
         return decode_fact(_fact_values(item))
     fact = {"id": fact_id, "content": content, "category": category, "confidence": confidence}
     if created_at is not None:

@@ -412,7 +412,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
                     )
                 if lease is not None:
                     complete_leased(transaction, conn, lease, now)
-                apply_plan(conn, tenant_id, scope_row.scope_id, plan, now, origin)
+                exact = apply_plan(conn, tenant_id, scope_row.scope_id, plan, now, origin)
                 if folded:  # after the plan: a fold into a fact this save inserts follows its insert
                     audit_folds(conn, scope_row.scope_id, plan.revision, now, origin, folded)
                 inherit_signals(conn, scope_row.scope_id, inherited)
@@ -426,6 +426,8 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
                     },
                 )
         FACTS_EVICTED.inc(plan.evictions)  # committed
+        if not exact:  # the next load reads what was stored
+            return None
         return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
 
     def _describe(self, exc: Exception) -> str:

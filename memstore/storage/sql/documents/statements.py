@@ -28,8 +28,10 @@ from memstore.scope import Scope, validate_user_id
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import grants_table as _grants
 from memstore.storage.sql.schema.models import history_table as _history
+from memstore.storage.sql.schema.models import relations_table as _relations
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import sections_table as _sections
+from memstore.storage.sql.schema.models import tags_table as _tags
 
 # Literal '' (not a bound parameter) so the predicate matches the COALESCE unique index.
 _EMPTY: ColumnClause[Any] = literal_column("''")
@@ -105,6 +107,11 @@ _STORED_FACT = select(
     _facts.c.last_accessed_at,
     _facts.c.access_count,
     _facts.c.visibility,
+    _facts.c.memory_type,
+    _facts.c.importance,
+    _facts.c.source_kind,
+    _facts.c.raw,
+    _facts.c.structured,
 )
 _NAMED = _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True))
 # Live rows plus the tombstones of ids the document mentions: never the whole tombstone history.
@@ -128,14 +135,23 @@ FACT_COLUMNS = (
     "source_error",
     "extra",
     "visibility",
+    "memory_type",
+    "importance",
+    "source_kind",
+    "raw",
+    "structured",
     "updated_revision",
 )
 # Fact rows are addressed by (scope_id, fact_id), unique per scope: plans need no row ids.
 _FACT_MATCH = and_(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_fact_id"))
+# Every content change is a new version of the fact (retention signals and moves are not).
 UPDATE_FACT = (
     update(_facts)
     .where(_FACT_MATCH)
-    .values(**{name: bindparam("b_" + name, type_=_facts.c[name].type) for name in FACT_COLUMNS})
+    .values(
+        **{name: bindparam("b_" + name, type_=_facts.c[name].type) for name in FACT_COLUMNS},
+        version=_facts.c.version + 1,
+    )
 )
 MOVE_FACT = update(_facts).where(_FACT_MATCH).values(position=bindparam("b_position"))
 TOMBSTONE_FACTS = (
@@ -165,6 +181,7 @@ def _insert_facts(dialect: Any) -> Any:
             **revived,
             "deleted_revision": None,
             "deleted_at": None,
+            "version": _facts.c.version + 1,
             "last_confirmed_at": None,
             "last_accessed_at": None,
             "access_count": 0,
@@ -205,6 +222,14 @@ INSERT_HISTORY = insert(_history).values(
     before=bindparam("b_before", type_=_NULLABLE_JSON),
     after=bindparam("b_after", type_=_NULLABLE_JSON),
     detail=bindparam("b_detail", type_=_NULLABLE_JSON),
+    # The fact's version as the save left it (its row is written before the audit rows).
+    version=select(_facts.c.version)
+    .where(
+        bindparam("b_entity") == "fact",
+        _facts.c.scope_id == bindparam("b_scope_id"),
+        _facts.c.fact_id == bindparam("b_entity_id"),
+    )
+    .scalar_subquery(),
 )
 # A merged fact takes over its sources' signals (``write.inherit_signals``).
 SET_SIGNALS = (
@@ -292,6 +317,49 @@ INSERT_GRANT = insert(_grants).values(
     grantee=bindparam("b_grantee"),
     scope_id=bindparam("b_scope_id"),
     tenant_id=bindparam("b_tenant_id"),
+)
+# A fact's tags and its relations, replaced as a whole when a save writes the fact (``write.write_links``).
+DELETE_TAGS = delete(_tags).where(_tags.c.fact_row_id == _FACT_ROW_ID)
+INSERT_TAG = insert(_tags).values(
+    fact_row_id=_FACT_ROW_ID,
+    tag=bindparam("b_tag"),
+    scope_id=bindparam("b_scope_id"),
+    tenant_id=bindparam("b_tenant_id"),
+)
+TAGS_QUERY = (
+    select(_facts.c.fact_id, _tags.c.tag)
+    .join(_facts, _facts.c.id == _tags.c.fact_row_id)
+    .where(_tags.c.scope_id == bindparam("scope_id"))
+)
+DELETE_RELATIONS = delete(_relations).where(
+    _relations.c.scope_id == bindparam("b_scope_id"), _relations.c.fact_id == bindparam("b_fact_id")
+)
+DELETE_OUTGOING = delete(_relations).where(
+    _relations.c.scope_id == bindparam("b_scope_id"),
+    _relations.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
+)
+DELETE_TOMBSTONED_TAGS = delete(_tags).where(
+    _tags.c.scope_id == bindparam("b_scope_id"),
+    _tags.c.fact_row_id.in_(
+        select(_facts.c.id).where(
+            _facts.c.scope_id == bindparam("b_scope_id"),
+            _facts.c.fact_id.in_(bindparam("b_fact_ids", expanding=True)),
+        )
+    ),
+)
+# Only a target the scope holds (live or tombstoned): the foreign key would refuse any other.
+INSERT_RELATION = insert(_relations).from_select(
+    ["scope_id", "fact_id", "kind", "target_fact_id", "tenant_id"],
+    select(
+        bindparam("b_scope_id", type_=_relations.c.scope_id.type),
+        bindparam("b_fact_id", type_=_relations.c.fact_id.type),
+        bindparam("b_kind", type_=_relations.c.kind.type),
+        _facts.c.fact_id,
+        bindparam("b_tenant_id", type_=_relations.c.tenant_id.type),
+    ).where(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_target")),
+).returning(_relations.c.kind)
+RELATIONS_QUERY = select(_relations.c.fact_id, _relations.c.kind, _relations.c.target_fact_id).where(
+    _relations.c.scope_id == bindparam("scope_id")
 )
 GRANTS_QUERY = (
     select(_facts.c.fact_id, _grants.c.grantee_kind, _grants.c.grantee)

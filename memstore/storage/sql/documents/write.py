@@ -20,10 +20,17 @@ from memstore.storage.sql.documents.cache import AnyRow, CacheEntry, incarnation
 from memstore.storage.sql.documents.codec import (
     FactValues,
     IncomingDocument,
+    Relations,
     SectionValues,
 )
 from memstore.storage.sql.documents.grants import PRIVATE, SHARED, SHARING_ROLES, Grants, fact_access
 from memstore.storage.sql.documents.json_values import json_object
+from memstore.storage.sql.documents.links import (
+    clear_tombstoned_links,
+    record_of_row,
+    stored_links,
+    write_links,
+)
 from memstore.storage.sql.documents.merge import Cap, MergePlan, StoredFact, StoredSection, plan_merge
 from memstore.storage.sql.documents.snapshot import plan_from_snapshot
 from memstore.storage.sql.documents.statements import (
@@ -120,10 +127,11 @@ def plan_save(
     for ids in _chunks(fact_ids[MAX_BOUND_IDS:]):
         rows.extend(conn.execute(TOMBSTONES_QUERY, {"scope_id": scope_id, "fact_ids": ids}))
     grants = _stored_grants(conn, scope_id) if any(row.visibility == SHARED for row in rows) else {}
+    tags, relations = stored_links(conn, scope_id)
     facts = [
         StoredFact(
             row_id=row.id,
-            values=_fact_values(row, grants.get(row.fact_id, ())),
+            values=_fact_values(row, grants.get(row.fact_id, ()), tags, relations),
             position=row.position,
             added_revision=row.added_revision,
             updated_revision=row.updated_revision,
@@ -207,13 +215,17 @@ def write_grants(conn: Connection, tenant_id: str, scope_id: int, written: Seque
 
 def apply_plan(
     conn: Connection, tenant_id: str, scope_id: int, plan: MergePlan, now: datetime, origin: str
-) -> None:
-    """Write the plan: tombstones first, so a re-added content key never meets its old live row."""
+) -> bool:
+    """Write the plan: tombstones first, so a re-added content key never meets its old live row.
+
+    False when the stored rows differ from the plan's document (a relation to a fact the scope does
+    not hold was left out), so the caller must not cache it."""
     revision = plan.revision
     for ids in _chunks(plan.tombstones):
         conn.execute(
             TOMBSTONE_FACTS, {"b_scope_id": scope_id, "b_fact_ids": ids, "b_revision": revision, "b_now": now}
         )
+    clear_tombstoned_links(conn, scope_id, plan)
     if plan.updates:
         conn.execute(UPDATE_FACT, [_fact_row(scope_id, v, pos, revision) for v, pos in plan.updates])
     if plan.moves:
@@ -241,6 +253,7 @@ def apply_plan(
             ],
         )
     write_grants(conn, tenant_id, scope_id, [values for values, _ in (*plan.updates, *plan.inserts)])
+    exact = write_links(conn, tenant_id, scope_id, plan)
     if plan.section_inserts:
         conn.execute(
             insert(sections_table),
@@ -290,6 +303,7 @@ def apply_plan(
                 for change in plan.changes
             ],
         )
+    return exact
 
 
 def confirm_facts(conn: Connection, scope_id: int, fact_ids: list[str], now: datetime) -> None:
@@ -399,7 +413,13 @@ def _chunks(ids: list[str]) -> Iterator[list[str]]:
 
 
 def _columns(values: FactValues) -> dict[str, Any]:
+    record = values.fields
     return {
+        "memory_type": record.memory_type,
+        "importance": record.importance,
+        "source_kind": record.source_kind,
+        "raw": record.raw,
+        "structured": record.structured,
         "content": values.content,
         "content_key": values.content_key,
         "category": values.category,
@@ -420,7 +440,9 @@ def _fact_row(scope_id: int, values: FactValues, position: int, revision: int) -
     return params
 
 
-def _fact_values(row: AnyRow, grants: Grants) -> FactValues:
+def _fact_values(
+    row: AnyRow, grants: Grants, tags: Mapping[str, tuple[str, ...]], relations: Mapping[str, Relations]
+) -> FactValues:
     return FactValues(
         fact_id=row.fact_id,
         content=row.content,
@@ -432,4 +454,5 @@ def _fact_values(row: AnyRow, grants: Grants) -> FactValues:
         extra=json_object(row.extra),
         visibility=row.visibility,
         grants=grants,
+        record=record_of_row(row, tags.get(row.fact_id, ()), relations.get(row.fact_id, ())),
     )

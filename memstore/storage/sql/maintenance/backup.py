@@ -50,8 +50,10 @@ from memstore.storage.sql.schema.models import (
     grants_table,
     history_table,
     queue_table,
+    relations_table,
     scopes_table,
     sections_table,
+    tags_table,
 )
 from memstore.storage.sql.search.embeddings import stored_vector, vector_matrix, vector_parameter
 
@@ -61,6 +63,8 @@ BACKUP_TABLES: tuple[Table, ...] = (
     sections_table,
     facts_table,
     grants_table,
+    tags_table,
+    relations_table,
     embeddings_table,
     history_table,
     erasures_table,

@@ -23,6 +23,8 @@ from memstore.storage.sql.schema.models import claims_table as _claims
 from memstore.storage.sql.schema.models import erasures_table as _erasures
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import grants_table as _grants
+from memstore.storage.sql.schema.models import relations_table as _relations
+from memstore.storage.sql.schema.models import tags_table as _tags
 from memstore.storage.sql.schema.models import history_table as _history
 from memstore.storage.sql.schema.models import queue_table as _queue
 from memstore.storage.sql.schema.models import scopes_table as _scopes
@@ -94,6 +96,8 @@ def erase_user(
                         & (_grants.c.grantee_kind == "user")
                         & (_grants.c.grantee == user_id),
                     ),
+                    "memory_fact_tags": _delete(conn, _tags, scope_ids),
+                    "memory_fact_relations": _delete(conn, _relations, scope_ids),
                     "memory_facts": _delete(conn, _facts, scope_ids),
                     "memory_sections": _delete(conn, _sections, scope_ids),
                     "memory_scopes": conn.execute(

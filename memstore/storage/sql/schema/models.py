@@ -11,53 +11,34 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Boolean,
     CheckConstraint,
-    DateTime,
     Float,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
     Integer,
-    LargeBinary,
-    MetaData,
     String,
     Table,
     Text,
     func,
     text,
 )
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import Mapped, mapped_column
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
+from memstore.storage.sql.schema.base import (
+    NAMING_CONVENTION,
+    Base,
+    Id,
+    Json,
+    NullableJson,
+    TenantId,
+    Timestamp,
+    Vector,
+    tenant_column,
+)
+from memstore.storage.sql.schema.queue_models import MemoryQueueClaim, MemoryQueueItem
 
-# BIGINT on PostgreSQL; INTEGER on SQLite so the column is the rowid alias and autoincrements.
-Id = BigInteger().with_variant(Integer(), "sqlite")
-Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
-Timestamp = DateTime(timezone=True)
-# float32 little-endian bytes on SQLite (what sqlite-vec reads); ``real[]`` on PostgreSQL, which
-# pgvector casts to ``vector`` when the extension is installed.
-Vector = LargeBinary().with_variant(postgresql.ARRAY(postgresql.REAL()), "postgresql")
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-TenantId = String(128)
-
-
-def _tenant_column() -> Mapped[str]:
-    return mapped_column(TenantId, nullable=False, server_default=text("'default'"))
+__all__ = ["NAMING_CONVENTION", "Base", "Json", "TenantId", "Timestamp"]
 
 
 class MemoryScope(Base):
@@ -70,7 +51,7 @@ class MemoryScope(Base):
     __tablename__ = "memory_scopes"
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
-    tenant_id: Mapped[str] = _tenant_column()
+    tenant_id: Mapped[str] = tenant_column()
     user_id: Mapped[str | None] = mapped_column(String(128))
     agent_name: Mapped[str | None] = mapped_column(String(128))
     revision: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
@@ -133,7 +114,7 @@ class MemoryFact(Base):
     scope_id: Mapped[int] = mapped_column(
         Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
     )
-    tenant_id: Mapped[str] = _tenant_column()
+    tenant_id: Mapped[str] = tenant_column()
     visibility: Mapped[str] = mapped_column(String(8), nullable=False, server_default="private")
     fact_id: Mapped[str] = mapped_column(String(64), nullable=False)
     position: Mapped[int] = mapped_column(Integer, nullable=False)
@@ -153,9 +134,28 @@ class MemoryFact(Base):
     last_confirmed_at: Mapped[datetime | None] = mapped_column(Timestamp)
     last_accessed_at: Mapped[datetime | None] = mapped_column(Timestamp)
     access_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
+    # The memory record (``memstore.record``); existing facts take the documented defaults.
+    memory_type: Mapped[str] = mapped_column(String(16), nullable=False, server_default="semantic")
+    importance: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0.5"))
+    source_kind: Mapped[str] = mapped_column(String(24), nullable=False, server_default="implicit_inference")
+    raw: Mapped[str | None] = mapped_column(Text)
+    structured: Mapped[dict[str, Any] | None] = mapped_column(NullableJson)
+    # Bumped by every change to the fact's document; the history holds each version.
+    version: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("1"))
 
     __table_args__ = (
         CheckConstraint("confidence >= 0 AND confidence <= 1", name="confidence_range"),
+        CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
+        CheckConstraint(
+            "memory_type IN ('episodic', 'semantic', 'procedural', 'preference', 'profile')",
+            name="known_memory_type",
+        ),
+        CheckConstraint(
+            "source_kind IN ('explicit_user_input', 'implicit_inference', 'system_generated', "
+            "'external_data', 'corrected_memory')",
+            name="known_source_kind",
+        ),
+        CheckConstraint("version >= 1", name="version_positive"),
         CheckConstraint("length(content) > 0", name="content_not_empty"),
         CheckConstraint("visibility IN ('private', 'shared', 'public')", name="known_visibility"),
         Index("uq_memory_facts_scope_id_fact_id", "scope_id", "fact_id", unique=True),
@@ -205,7 +205,7 @@ class MemoryFactGrant(Base):
     scope_id: Mapped[int] = mapped_column(
         Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
     )
-    tenant_id: Mapped[str] = _tenant_column()
+    tenant_id: Mapped[str] = tenant_column()
 
     __table_args__ = (
         CheckConstraint("grantee_kind IN ('user', 'role')", name="known_grantee_kind"),
@@ -219,6 +219,68 @@ class MemoryFactGrant(Base):
         ),
         Index("ix_memory_fact_grants_tenant_id_grantee_kind_grantee", "tenant_id", "grantee_kind", "grantee"),
         Index("ix_memory_fact_grants_scope_id", "scope_id"),
+    )
+
+
+class MemoryFactTag(Base):
+    """One tag of a fact; ``scope_id`` and ``tenant_id`` repeat the fact's, as for grants."""
+
+    __tablename__ = "memory_fact_tags"
+
+    fact_row_id: Mapped[int] = mapped_column(Id, primary_key=True)
+    tag: Mapped[str] = mapped_column(String(64), primary_key=True)
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), nullable=False
+    )
+    tenant_id: Mapped[str] = tenant_column()
+
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["fact_row_id", "scope_id"],
+            ["memory_facts.id", "memory_facts.scope_id"],
+            ondelete="CASCADE",
+            name="fk_memory_fact_tags_fact_row_id_scope_id_memory_facts",
+        ),
+        Index("ix_memory_fact_tags_tenant_id_tag", "tenant_id", "tag"),
+        Index("ix_memory_fact_tags_scope_id", "scope_id"),
+    )
+
+
+class MemoryFactRelation(Base):
+    """``fact_id`` relates to ``target_fact_id`` (both facts of one scope, live or tombstoned).
+
+    Keyed by fact id, not row, so a document states its relations as it states its facts; both
+    ends are foreign keys to ``memory_facts (scope_id, fact_id)``, so a purged fact takes its
+    relations with it on both dialects.
+    """
+
+    __tablename__ = "memory_fact_relations"
+
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), primary_key=True
+    )
+    fact_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    target_fact_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    tenant_id: Mapped[str] = tenant_column()
+
+    __table_args__ = (
+        CheckConstraint(
+            "kind IN ('related_to', 'supersedes', 'derived_from', 'contradicts')", name="known_kind"
+        ),
+        ForeignKeyConstraint(
+            ["scope_id", "fact_id"],
+            ["memory_facts.scope_id", "memory_facts.fact_id"],
+            ondelete="CASCADE",
+            name="fk_memory_fact_relations_scope_id_fact_id_memory_facts",
+        ),
+        ForeignKeyConstraint(
+            ["scope_id", "target_fact_id"],
+            ["memory_facts.scope_id", "memory_facts.fact_id"],
+            ondelete="CASCADE",
+            name="fk_memory_fact_relations_scope_id_target_fact_id_memory_facts",
+        ),
+        Index("ix_memory_fact_relations_scope_id_target_fact_id", "scope_id", "target_fact_id"),
     )
 
 
@@ -271,6 +333,8 @@ class MemoryHistory(Base):
     # Why a fact went when the save did not say so itself: eviction at the cap with its score,
     # a staleness review, a consolidation, an expiry.
     detail: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    # The fact's version after the change (``memory_facts.version``); NULL for sections.
+    version: Mapped[int | None] = mapped_column(Integer)
 
     __table_args__ = (
         CheckConstraint("entity IN ('fact', 'section')", name="known_entity"),
@@ -291,78 +355,10 @@ class MemoryErasure(Base):
 
     # SHA-256 of the user id in the default tenant, of ``tenant_id NUL user_id`` in any other.
     user_digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    tenant_id: Mapped[str] = _tenant_column()
+    tenant_id: Mapped[str] = tenant_column()
     erased_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
 
     __table_args__ = (Index("ix_memory_erasures_erased_at", "erased_at"),)
-
-
-class MemoryQueueItem(Base):
-    """One pending conversation of the durable update queue, keyed by thread, user and agent.
-
-    ``user_id`` and ``agent_name`` hold ``''`` for "none" (never a valid id), so the plain unique
-    key coalesces repeated turns of a conversation. ``generation`` grows with every enqueue: a
-    worker that finishes an older generation puts the row back to ``pending`` instead of ``done``.
-    """
-
-    __tablename__ = "memory_queue"
-
-    id: Mapped[int] = mapped_column(Id, primary_key=True)
-    tenant_id: Mapped[str] = _tenant_column()
-    thread_id: Mapped[str] = mapped_column(String(255), nullable=False)
-    user_id: Mapped[str] = mapped_column(String(128), nullable=False)
-    agent_name: Mapped[str] = mapped_column(String(128), nullable=False)
-    messages: Mapped[list[Any]] = mapped_column(Json, nullable=False)
-    # The characters of the messages' text: what ``max_queue_chars`` and a user's share count.
-    message_chars: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    correction_detected: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    reinforcement_detected: Mapped[bool] = mapped_column(Boolean, nullable=False)
-    state: Mapped[str] = mapped_column(String(8), nullable=False)
-    generation: Mapped[int] = mapped_column(Integer, nullable=False)
-    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    # Failures that retrying will not fix (a malformed reply): dead at ``update_max_attempts``.
-    failures: Mapped[int] = mapped_column(Integer, nullable=False, server_default=text("0"))
-    captured_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
-    # When the oldest turn not yet processed arrived (the queue's lag is measured from it).
-    pending_since: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
-    due_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
-    # pending_since + 2 x debounce: however busy the conversation, it is due by then.
-    latest_due_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
-    # A retry's backoff (or the endpoint's Retry-After): no new turn brings ``due_at`` before it.
-    not_before: Mapped[datetime | None] = mapped_column(Timestamp)
-    lease_owner: Mapped[str | None] = mapped_column(String(128))
-    lease_token: Mapped[str | None] = mapped_column(String(32))
-    lease_expires_at: Mapped[datetime | None] = mapped_column(Timestamp)
-    enqueued_by: Mapped[str] = mapped_column(String(128), nullable=False)
-    last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
-    updated_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
-    completed_at: Mapped[datetime | None] = mapped_column(Timestamp)
-
-    __table_args__ = (
-        CheckConstraint("state IN ('pending', 'leased', 'done', 'dead')", name="known_state"),
-        Index("uq_memory_queue_conversation", "tenant_id", "thread_id", "user_id", "agent_name", unique=True),
-        Index("ix_memory_queue_state_due_at", "state", "due_at"),
-        Index("ix_memory_queue_tenant_id_user_id_agent_name", "tenant_id", "user_id", "agent_name"),
-    )
-
-
-class MemoryQueueClaim(Base):
-    """At most one row per scope: the worker holding it is the only one processing that scope.
-
-    The primary key is what enforces it (a claim is an INSERT, or the take-over of an expired
-    row), not a check followed by a write.
-    """
-
-    __tablename__ = "memory_queue_claims"
-
-    tenant_id: Mapped[str] = mapped_column(TenantId, primary_key=True, server_default=text("'default'"))
-    user_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    agent_name: Mapped[str] = mapped_column(String(128), primary_key=True)
-    lease_owner: Mapped[str] = mapped_column(String(128), nullable=False)
-    lease_token: Mapped[str] = mapped_column(String(32), nullable=False)
-    lease_expires_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
-    claimed_at: Mapped[datetime] = mapped_column(Timestamp, nullable=False)
 
 
 def _table(model: type[Base]) -> Table:
@@ -379,3 +375,5 @@ erasures_table = _table(MemoryErasure)
 queue_table = _table(MemoryQueueItem)
 claims_table = _table(MemoryQueueClaim)
 grants_table = _table(MemoryFactGrant)
+tags_table = _table(MemoryFactTag)
+relations_table = _table(MemoryFactRelation)

@@ -1,4 +1,4 @@
-"""PostgreSQL row-level security on every memory table, owned by Alembic revision 0008.
+"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 and 0009.
 
 Each policy reads the identity memstore sets at the start of every transaction with
 ``set_config(name, value, true)`` (``storage/sql/identity.py``): ``memstore.tenant_id``,
@@ -17,6 +17,8 @@ The rules (docs/operations.md, "Tenants and row-level security"):
 - a fact: its owner; ``public`` ones everyone in the tenant; ``shared`` ones the granted users and
   roles, and ``admin``. Writes: the owner, and ``admin`` on shared and public facts;
 - grants: the owner of the fact, the grantee, ``admin``;
+- tags: whoever may read the fact; written by its owner (revision 0009);
+- relations: the owner of the scope (revision 0009);
 - history: the owner's scope, plus the rows of facts the identity may read;
 - embeddings: those of facts the identity may read; written by the owner;
 - erasures: the tenant's.
@@ -86,6 +88,25 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
             "ALL",
             f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR {IS_ADMIN})",
             f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR {IS_ADMIN})",
+        ),
+    ),
+    # A fact's tags: read where the fact is (the subquery runs under memory_facts' own policies).
+    "memory_fact_tags": (
+        ("memstore_read", "SELECT", "fact_row_id IN (SELECT f.id FROM memory_facts f)", None),
+        (
+            "memstore_owner_write",
+            "ALL",
+            f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}",
+            f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}",
+        ),
+    ),
+    # Relations link facts of one scope: its owner's alone, like the history they explain.
+    "memory_fact_relations": (
+        (
+            "memstore_owner",
+            "ALL",
+            f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}",
+            f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}",
         ),
     ),
     # A fact's past versions are its owner's alone: an earlier text may predate its sharing.

@@ -1,0 +1,124 @@
+"""A fact's tags and relations: rows of their own, written with the fact by a save.
+
+Both are replaced as a whole when a save writes a fact that has (or had) any, and dropped when a
+save tombstones it: a tombstoned fact is out of every tag query, and only the relations pointing
+*at* it stay (a correction that superseded it, a merge derived from it). A relation whose target
+is not a fact of the scope is not stored (``INSERT_RELATION`` selects the target), and is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection
+
+from memstore.storage.sql.documents.codec import FactValues, Record, Relations
+from memstore.storage.sql.documents.json_values import json_object
+from memstore.storage.sql.documents.statements import (
+    DELETE_OUTGOING,
+    DELETE_RELATIONS,
+    DELETE_TAGS,
+    DELETE_TOMBSTONED_TAGS,
+    INSERT_RELATION,
+    INSERT_TAG,
+    MAX_BOUND_IDS,
+    RELATIONS_QUERY,
+    TAGS_QUERY,
+)
+
+if TYPE_CHECKING:
+    from memstore.storage.sql.documents.merge import MergePlan
+
+logger = logging.getLogger(__name__)
+
+
+def record_of_row(row: Any, tags: tuple[str, ...], relations: Relations) -> Record | None:
+    """The record of a stored fact row (``FACTS_QUERY``); None when it is all defaults."""
+    structured = row.structured
+    record = Record(
+        memory_type=row.memory_type,
+        importance=row.importance,
+        source_kind=row.source_kind,
+        raw=row.raw,
+        structured=json_object(structured) if structured is not None else None,
+        tags=tags,
+        relations=relations,
+    )
+    return None if record.is_default_for(row.category) else record
+
+
+def stored_links(conn: Connection, scope_id: int) -> tuple[dict[str, tuple[str, ...]], dict[str, Relations]]:
+    """Every tag and relation of the scope's facts, by fact id, sorted as the codec keeps them."""
+    tags: dict[str, list[str]] = {}
+    for fact_id, tag in conn.execute(TAGS_QUERY, {"scope_id": scope_id}):
+        tags.setdefault(fact_id, []).append(tag)
+    relations: dict[str, list[tuple[str, str]]] = {}
+    for fact_id, kind, target in conn.execute(RELATIONS_QUERY, {"scope_id": scope_id}):
+        relations.setdefault(fact_id, []).append((kind, target))
+    return (
+        {fact_id: tuple(sorted(found)) for fact_id, found in tags.items()},
+        {fact_id: tuple(sorted(found)) for fact_id, found in relations.items()},
+    )
+
+
+def clear_tombstoned_links(conn: Connection, scope_id: int, plan: MergePlan) -> None:
+    """Drop the tags and outgoing relations of the facts the save tombstoned, if they had any."""
+    linked = [
+        fact_id
+        for fact_id in plan.tombstones
+        if (before := plan.fact_before.get(fact_id)) is not None and _has_links(before)
+    ]
+    for start in range(0, len(linked), MAX_BOUND_IDS):
+        ids = linked[start : start + MAX_BOUND_IDS]
+        params = {"b_scope_id": scope_id, "b_fact_ids": ids}
+        conn.execute(DELETE_TOMBSTONED_TAGS, params)
+        conn.execute(DELETE_OUTGOING, params)
+
+
+def write_links(conn: Connection, tenant_id: str, scope_id: int, plan: MergePlan) -> bool:
+    """Replace the tags and relations of each fact the save wrote that has, or had, any.
+
+    False when a relation was left out (its target is no fact of the scope)."""
+    written: list[FactValues] = [
+        values
+        for values, _ in (*plan.updates, *plan.inserts)
+        if values.fields.tags
+        or values.fields.relations
+        or _has_links(plan.fact_before.get(values.fact_id) or {})
+    ]
+    if not written:
+        return True
+    keys = [{"b_scope_id": scope_id, "b_fact_id": values.fact_id} for values in written]
+    conn.execute(DELETE_TAGS, keys)
+    conn.execute(DELETE_RELATIONS, keys)
+    tags = [
+        {"b_scope_id": scope_id, "b_fact_id": values.fact_id, "b_tag": tag, "b_tenant_id": tenant_id}
+        for values in written
+        for tag in values.fields.tags
+    ]
+    if tags:
+        conn.execute(INSERT_TAG, tags)
+    relations = [
+        {
+            "b_scope_id": scope_id,
+            "b_fact_id": values.fact_id,
+            "b_kind": kind,
+            "b_target": target,
+            "b_tenant_id": tenant_id,
+        }
+        for values in written
+        for kind, target in values.fields.relations
+    ]
+    stored = sum(len(conn.execute(INSERT_RELATION, relation).all()) for relation in relations)
+    if stored < len(relations):
+        logger.warning(
+            "memstore: %d relation(s) name a fact this scope does not hold and were not stored",
+            len(relations) - stored,
+        )
+    return stored == len(relations)
+
+
+def _has_links(fact: Mapping[str, Any]) -> bool:
+    return bool(fact.get("tags")) or bool(fact.get("relations"))
