@@ -63,15 +63,28 @@ _GRANTS = (
     "FROM memory_fact_grants g WHERE g.fact_row_id = f.id) END"
 )
 _LIVE = "FROM memory_facts f WHERE f.scope_id = s.id AND f.deleted_revision IS NULL"
-# The record columns (``record_values.Record``); tags and relations as JSON text, NULL when none.
-_RECORD = (
-    "f.memory_type, f.importance, f.source_kind, f.raw, {structured}, "
-    "(SELECT {aggregate}(t.tag) FROM memory_fact_tags t WHERE t.fact_row_id = f.id), "
-    "(SELECT {aggregate}({pair}(r.kind, r.target_fact_id)) FROM memory_fact_relations r "
-    "WHERE r.scope_id = f.scope_id AND r.fact_id = f.fact_id)"
+# The record columns (``record_values.Record``) as one array, NULL when all hold their defaults
+# (nearly every fact); tags and relations come once per scope (``_LINKS``), not once per fact.
+_TYPE_OF_CATEGORY = (
+    "CASE f.category WHEN 'preference' THEN 'preference' WHEN 'knowledge' THEN 'semantic' "
+    "WHEN 'context' THEN 'episodic' WHEN 'behavior' THEN 'procedural' WHEN 'goal' THEN 'profile' "
+    "ELSE 'semantic' END"
 )
-_SQLITE_RECORD = _RECORD.format(structured="f.structured", aggregate="json_group_array", pair="json_array")
-_PG_RECORD = _RECORD.format(structured="f.structured::text", aggregate="json_agg", pair="json_build_array")
+_RECORD = (
+    "CASE WHEN f.importance <> 0.5 OR f.source_kind <> 'implicit_inference' OR f.raw IS NOT NULL "
+    f"OR f.structured IS NOT NULL OR f.memory_type <> {_TYPE_OF_CATEGORY} "
+    "THEN {pair}(f.memory_type, f.importance, f.source_kind, f.raw, {structured}) END"
+)
+_LINKS = (
+    "(SELECT {aggregate}({pair}(g.fact_id, t.tag)) FROM memory_fact_tags t "
+    "JOIN memory_facts g ON g.id = t.fact_row_id WHERE t.scope_id = s.id){cast} AS tags, "
+    "(SELECT {aggregate}({pair}(r.fact_id, r.kind, r.target_fact_id)) FROM memory_fact_relations r "
+    "WHERE r.scope_id = s.id){cast} AS relations"
+)
+_SQLITE_RECORD = _RECORD.format(structured="f.structured", pair="json_array")
+_PG_RECORD = _RECORD.format(structured="f.structured::text", pair="json_build_array")
+_SQLITE_LINKS = _LINKS.format(aggregate="json_group_array", pair="json_array", cast="")
+_PG_LINKS = _LINKS.format(aggregate="json_agg", pair="json_build_array", cast="::text")
 _SQLITE_ITEM = _FACT_ITEM.format(
     confidence=f"CASE WHEN {_EXACT} THEN CAST({_SCALED} AS BIGINT) END", created_at="f.created_at"
 )
@@ -82,7 +95,8 @@ SELECT {_SCOPE},
   (SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra, f.visibility, {_SQLITE_GRANTS},
      {_SQLITE_RECORD})) {_LIVE}) AS facts,
   (SELECT json_group_array(json_array(c.section, c.summary, c.updated_at, c.extra))
-     FROM memory_sections c WHERE c.scope_id = s.id) AS sections
+     FROM memory_sections c WHERE c.scope_id = s.id) AS sections,
+  {_SQLITE_LINKS}
 FROM memory_scopes s WHERE {_WHERE}
 """
 _PG_STAMP = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
@@ -98,7 +112,8 @@ SELECT {_SCOPE},
   (SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text, f.visibility, {_PG_GRANTS},
      {_PG_RECORD}))::text {_LIVE}) AS facts,
   (SELECT json_agg(json_build_array({_PG_SECTION}))::text
-     FROM memory_sections c WHERE c.scope_id = s.id) AS sections
+     FROM memory_sections c WHERE c.scope_id = s.id) AS sections,
+  {_PG_LINKS}
 FROM memory_scopes s WHERE {_WHERE}
 """
 _EXACT_CONFIDENCES = text(
@@ -115,6 +130,8 @@ def _statement(sql: str) -> TextualSelect:
         column("scope_updated_at", Timestamp),
         column("facts"),
         column("sections"),
+        column("tags"),
+        column("relations"),
     )
 
 
@@ -157,29 +174,41 @@ def _extra(value: object) -> dict[str, Any]:
 
 
 def _record(item: list[Any]) -> Record | None:
-    """The item's record columns, or None when they hold the defaults (checked without building one)."""
-    category = item[3]
-    memory_type, importance, source_kind, raw, structured, tags, relations = item[11:]
-    if (
-        memory_type == default_type(category)
-        and importance == DEFAULT_IMPORTANCE
-        and source_kind == DEFAULT_SOURCE_KIND
-        and raw is None
-        and structured is None
-        and tags in _NONE
-        and relations in _NONE
-    ):
+    """The item's record (``_attach_links`` appended its tags and relations), or None if all defaults."""
+    columns = item[11]
+    linked = len(item) > 12
+    if columns is None and not linked:
         return None
+    memory_type, importance, source_kind, raw, structured = (
+        columns
+        if columns is not None
+        else (default_type(item[3]), DEFAULT_IMPORTANCE, DEFAULT_SOURCE_KIND, None, None)
+    )
     record = Record(
         memory_type,
         importance,
         source_kind,
         raw,
         None if structured is None else _extra(structured),
-        tuple(sorted(_json_list(tags))),
-        tuple(sorted((kind, target) for kind, target in _json_list(relations))),
+        item[12] if linked else (),
+        item[13] if linked else (),
     )
-    return None if record.is_default_for(category) else record
+    return None if record.is_default_for(item[3]) else record
+
+
+def _attach_links(items: list[list[Any]], tags: object, relations: object) -> None:
+    """Append ``(tags, relations)`` to the items of the facts that have any, both sorted."""
+    by_fact: dict[str, tuple[list[str], list[tuple[str, str]]]] = {}
+    for fact_id, tag in _json_list(tags):
+        by_fact.setdefault(fact_id, ([], []))[0].append(tag)
+    for fact_id, kind, target in _json_list(relations):
+        by_fact.setdefault(fact_id, ([], []))[1].append((kind, target))
+    if not by_fact:
+        return
+    for item in items:
+        found = by_fact.get(item[1])
+        if found is not None:
+            item.extend((tuple(sorted(found[0])), tuple(sorted(found[1]))))
 
 
 def _fact_values(item: list[Any]) -> FactValues:
@@ -204,7 +233,7 @@ def _fact_values(item: list[Any]) -> FactValues:
 def _document_fact(item: list[Any]) -> dict[str, Any]:
     """``codec.decode_fact`` of the item, without building its ``FactValues`` when it has no ``extra``."""
     _, fact_id, content, category, confidence, created_at, source, source_error, extra, visibility = item[:10]
-    if extra != "{}" or visibility != PRIVATE or _record(item) is not None:
+    if extra != "{}" or visibility != PRIVATE or item[11] is not None or len(item) > 12:
         return decode_fact(_fact_values(item))
     fact = {"id": fact_id, "content": content, "category": category, "confidence": confidence}
     if created_at is not None:
@@ -223,6 +252,7 @@ def read_entry(conn: Connection, statement: TextualSelect, keys: dict[str, str])
         return None
     items: list[list[Any]] = orjson.loads(row.facts) if row.facts is not None else []
     items.sort(key=lambda item: (item[0], item[1]))  # (scope_id, fact_id) is unique: no ties
+    _attach_links(items, row.tags, row.relations)
     unsent = _decode_confidences(items)
     if unsent:
         exact: dict[str, float] = {
