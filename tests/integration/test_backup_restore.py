@@ -31,8 +31,10 @@ from memstore.storage.sql.schema.models import (
     grants_table,
     history_table,
     queue_table,
+    relations_table,
     scopes_table,
     sections_table,
+    tags_table,
 )
 from tests.integration.conftest import Cli
 
@@ -41,6 +43,8 @@ TABLES = (
     sections_table,
     facts_table,
     grants_table,
+    tags_table,
+    relations_table,
     embeddings_table,
     history_table,
     erasures_table,
@@ -89,6 +93,11 @@ def _populate(url: str) -> None:
                     "createdAt": "2026-01-03T00:00:00Z",
                     "source": "t-2",
                     "sourceError": "used spaces",
+                    # The memory record: its columns, a tag row and a relation row travel too.
+                    "importance": 0.9,
+                    "tags": ["style"],
+                    "structured": {"indent": "tabs"},
+                    "relations": [{"type": "supersedes", "target": "a2"}],
                 },
             ],
         },

@@ -48,6 +48,7 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.sql.documents import access
 from memstore.storage.sql.documents.cache import CacheEntry, entry_after, stamp
 from memstore.storage.sql.documents.codec import IncomingDocument, parse_document
+from memstore.storage.sql.documents.inherit import inherit_signals, inherited_signals
 from memstore.storage.sql.documents.json_values import copy_json
 from memstore.storage.sql.documents.load import LOAD_STATEMENTS, read_entry
 from memstore.storage.sql.documents.merge import Cap
@@ -67,8 +68,6 @@ from memstore.storage.sql.documents.write import (
     audit_folds,
     complete_leased,
     confirm_facts,
-    inherit_signals,
-    inherited_signals,
     late_write,
     plan_save,
     refuse_unauthorised_sharing,

@@ -348,16 +348,20 @@ DELETE_TOMBSTONED_TAGS = delete(_tags).where(
     ),
 )
 # Only a target the scope holds (live or tombstoned): the foreign key would refuse any other.
-INSERT_RELATION = insert(_relations).from_select(
-    ["scope_id", "fact_id", "kind", "target_fact_id", "tenant_id"],
-    select(
-        bindparam("b_scope_id", type_=_relations.c.scope_id.type),
-        bindparam("b_fact_id", type_=_relations.c.fact_id.type),
-        bindparam("b_kind", type_=_relations.c.kind.type),
-        _facts.c.fact_id,
-        bindparam("b_tenant_id", type_=_relations.c.tenant_id.type),
-    ).where(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_target")),
-).returning(_relations.c.kind)
+INSERT_RELATION = (
+    insert(_relations)
+    .from_select(
+        ["scope_id", "fact_id", "kind", "target_fact_id", "tenant_id"],
+        select(
+            bindparam("b_scope_id", type_=_relations.c.scope_id.type),
+            bindparam("b_fact_id", type_=_relations.c.fact_id.type),
+            bindparam("b_kind", type_=_relations.c.kind.type),
+            _facts.c.fact_id,
+            bindparam("b_tenant_id", type_=_relations.c.tenant_id.type),
+        ).where(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_target")),
+    )
+    .returning(_relations.c.kind)
+)
 RELATIONS_QUERY = select(_relations.c.fact_id, _relations.c.kind, _relations.c.target_fact_id).where(
     _relations.c.scope_id == bindparam("scope_id")
 )
