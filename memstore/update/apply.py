@@ -13,6 +13,11 @@ document, which may be a storage cache; unknown top-level keys such as a provide
 Confidence of new facts is clamped to [0, 1] with ``coerce_confidence``. The reference
 stores an LLM's 1.5 as-is, but our document format and the SQL ``CHECK`` require finite
 values in range, so 1.5 is stored as 1.0 and -0.2 as 0.0 (and is then below threshold).
+
+A new fact below ``fact_confidence_threshold``, or whose importance (its own, else the default
+0.5) is below ``fact_importance_threshold``, is not added. A kept fact carries the record fields
+the extractor gave it (``fields.stored_fields``: only those that differ from the default) and a
+``supersedes`` relation to each fact it ``replaces`` that was in the document.
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ from memstore.document import (
 from memstore.errors import MalformedMemoryError
 from memstore.retention import NO_SIGNALS, FactSignals, RetentionPolicy, candidate_of
 from memstore.update.consolidation import apply_consolidations
+from memstore.update.fields import (
+    SUPERSEDES,
+    effective_importance,
+    stored_fields,
+    with_relations,
+)
 from memstore.update.parser import MemoryUpdate
 from memstore.update.similarity import Fold, SimilarFolds
 from memstore.update.staleness import stale_ids_to_remove
@@ -70,9 +81,10 @@ def _add_new_facts(
     update: MemoryUpdate,
     *,
     thread_id: str | None,
-    threshold: float,
+    config: MemoryConfig,
     now: str,
     taken_ids: set[str],
+    stored_ids: set[str],
 ) -> list[str]:
     """Append the new facts that pass; the ids of live facts that a passing new fact re-stated."""
     facts: list[dict[str, Any]] = memory["facts"]
@@ -86,7 +98,9 @@ def _add_new_facts(
     for new in update["newFacts"]:
         confidence = coerce_confidence(new["confidence"])
         key = fact_content_key(new["content"])
-        if confidence < threshold or not key:
+        if confidence < config.fact_confidence_threshold or not key:
+            continue
+        if effective_importance(new) < config.fact_importance_threshold:
             continue
         if key in seen:
             if (restated := live.get(key)) is not None:
@@ -106,6 +120,9 @@ def _add_new_facts(
         source_error = new.get("sourceError", "").strip()
         if source_error:
             fact["sourceError"] = source_error
+        fact.update(stored_fields(new, new["category"]))
+        replaced = [fid for fid in new.get("replaces", []) if fid in stored_ids]
+        with_relations(fact, [{"type": SUPERSEDES, "target": fid} for fid in replaced])
         facts.append(fact)
     return list(confirmed)
 
@@ -195,9 +212,10 @@ def apply_updates(
         updated,
         update,
         thread_id=thread_id,
-        threshold=config.fact_confidence_threshold,
+        config=config,
         now=stamp,
         taken_ids=taken_ids,
+        stored_ids=stored_ids,
     )
     folds = fold(memory, updated) if fold is not None else SimilarFolds(updated)
     updated = folds.memory

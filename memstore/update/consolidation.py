@@ -24,6 +24,11 @@ sources has (a merge cannot promote facts into reserved, never-expiring slots); 
 merged fact its sources' retention signals (``SqlMemoryStorage.save``), so it ranks and decays
 as they did. Ids and categories in a line are escaped as fields (``field_text``).
 
+A merged fact records a ``derived_from`` relation to each source (``consolidatedFrom`` stays, the
+DeerFlow-era key), takes the highest importance among its sources and the union of their tags
+(sorted, the first ``MAX_TAGS``), so the merge neither demotes nor untags what it replaces. It states no
+``raw`` or ``structured`` form: those described the sources' words, not the merged summary.
+
 Every string in the section is escaped with quotes and kept on one line (see ``staleness.py``).
 """
 
@@ -48,6 +53,8 @@ from memstore.document import (
     without_ids,
 )
 from memstore.inject.escaping import field_text, quoted_inline_text
+from memstore.record import IMPORTANCE_KEY, MAX_TAGS, TAGS_KEY
+from memstore.update.fields import effective_importance, stored_fields, with_relations
 from memstore.update.parser import Consolidation
 from memstore.update.uploads import mentions_upload
 
@@ -141,6 +148,22 @@ def _merged_source_error(sources: Sequence[Fact]) -> str:
     return "\n".join(errors)[:MAX_FACT_CHARS]
 
 
+def _inherited_fields(sources: Sequence[Fact], category: str) -> dict[str, Any]:
+    """The importance and tags a merged fact takes from its sources (only what differs from the default)."""
+    tags = {
+        tag
+        for source in sources
+        if isinstance(source.get(TAGS_KEY), list)
+        for tag in source[TAGS_KEY]
+        if isinstance(tag, str)
+    }
+    inherited = {
+        IMPORTANCE_KEY: max(effective_importance(source) for source in sources),
+        TAGS_KEY: sorted(tags)[:MAX_TAGS],
+    }
+    return stored_fields(inherited, category)
+
+
 def _content_holders(facts: Sequence[Fact]) -> dict[str, list[object]]:
     """Content key to the ids of the facts holding it (``None`` for an id-less fact)."""
     holders: dict[str, list[object]] = {}
@@ -216,6 +239,8 @@ def apply_consolidations(
         source_error = _merged_source_error(sources)
         if source_error:
             fact["sourceError"] = source_error
+        fact.update(_inherited_fields(sources, category))
+        with_relations(fact, [{"type": "derived_from", "target": sid} for sid in source_ids])
         consumed.update(source_ids)
         merged_keys.add(key)
         merged.append(fact)

@@ -35,6 +35,11 @@ class LLMExtractor:
         self._client = client
         self._config = config
 
+    @property
+    def client(self) -> LLMClient:
+        """The endpoint's client, which near-duplicate adjudication asks too."""
+        return self._client
+
     def extract(self, context: ConversationContext, current: MemoryDocument) -> MemoryUpdate | None:
         # Only the document itself goes to the endpoint: a provider's bookkeeping (the SQL
         # provider's revision and scope-row incarnation) means nothing to the model.

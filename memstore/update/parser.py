@@ -17,6 +17,8 @@ Text the store could not keep, or should not, is malformed too: a NUL character 
 text cannot hold it), a lone surrogate (not encodable as UTF-8), or a fact or summary longer
 than ``MAX_FACT_CHARS``/``MAX_SUMMARY_CHARS``. One such fact would otherwise fail the whole
 save, losing the valid part of the reply with it, or crowd every other fact out of injection.
+So is a new fact whose record fields (type, importance, tags, source kind, raw, structured,
+``replaces``) fail their checks (``fields.py``); the ids a fact ``replaces`` join ``factsToRemove``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from memstore.document import (
     SECTION_GROUPS,
     unstorable,
 )
-from memstore.errors import MemoryUpdateParseError, UnsafeMemoryUpdateError
+from memstore.errors import InvalidFactError, MemoryUpdateParseError, UnsafeMemoryUpdateError
+from memstore.update.fields import reply_fields
 
 REQUIRED_KEYS = frozenset({"user", "history", "newFacts"})
 DEFAULT_FACT_CONFIDENCE = 0.5
@@ -58,6 +61,13 @@ class NewFact(TypedDict):
     category: str
     confidence: float
     sourceError: NotRequired[str]
+    type: NotRequired[str]
+    importance: NotRequired[float]
+    tags: NotRequired[list[str]]
+    sourceKind: NotRequired[str]
+    raw: NotRequired[str]
+    structured: NotRequired[dict[str, Any]]
+    replaces: NotRequired[list[str]]
 
 
 class StaleRemoval(TypedDict):
@@ -115,6 +125,17 @@ def extract_text(content: object) -> str:
 
 def find_update_object(text: str) -> dict[str, Any]:
     """The first JSON object in ``text`` carrying every key in ``REQUIRED_KEYS``."""
+    found = find_object(text, REQUIRED_KEYS)
+    if found is None:
+        preview = text[:200].replace("\n", " ")
+        raise MemoryUpdateParseError(
+            f"no JSON object with keys user, history and newFacts in the extractor reply: {preview!r}"
+        )
+    return found
+
+
+def find_object(text: str, required: frozenset[str]) -> dict[str, Any] | None:
+    """The first JSON object in ``text`` carrying every key in ``required``, within the bounds above."""
     if len(text) > MAX_REPLY_CHARS:
         raise MemoryUpdateParseError(
             f"extractor reply is {len(text)} characters, over the {MAX_REPLY_CHARS} accepted"
@@ -135,12 +156,9 @@ def find_update_object(text: str) -> dict[str, Any]:
             failures += 1
             continue
         work += end - start
-        if isinstance(value, dict) and value.keys() >= REQUIRED_KEYS:
+        if isinstance(value, dict) and value.keys() >= required:
             return value
-    preview = text[:200].replace("\n", " ")
-    raise MemoryUpdateParseError(
-        f"no JSON object with keys user, history and newFacts in the extractor reply: {preview!r}"
-    )
+    return None
 
 
 def storable_text(value: object, max_chars: int) -> str | None:
@@ -200,11 +218,16 @@ def normalise_fact(raw: object) -> NewFact | None:
     confidence = _normalise_confidence(raw.get("confidence", DEFAULT_FACT_CONFIDENCE))
     if confidence is None:
         return None
-    category = storable_text(raw.get("category"), MAX_CATEGORY_CHARS)
-    fact: NewFact = {"content": content, "category": category or DEFAULT_CATEGORY, "confidence": confidence}
+    category = storable_text(raw.get("category"), MAX_CATEGORY_CHARS) or DEFAULT_CATEGORY
+    try:
+        fields = reply_fields(raw, category)
+    except InvalidFactError:
+        return None
+    fact: NewFact = {"content": content, "category": category, "confidence": confidence}
     source_error = storable_text(raw.get("sourceError"), MAX_FACT_CHARS)
     if source_error:
         fact["sourceError"] = source_error
+    fact.update(fields)  # type: ignore[typeddict-item]
     return fact
 
 
@@ -279,6 +302,9 @@ def normalise_update(raw: Mapping[str, Any]) -> MemoryUpdate:
     removals = (
         [item for item in raw_removals if isinstance(item, str)] if isinstance(raw_removals, list) else []
     )
+    replaced = [fact_id for fact in new_facts for fact_id in fact.get("replaces", [])]
+    if replaced:
+        removals = list(dict.fromkeys([*removals, *replaced]))
     if removals and dropped:
         raise UnsafeMemoryUpdateError(
             "refusing a partial update: factsToRemove is set while newFacts is malformed "

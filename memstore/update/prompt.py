@@ -11,6 +11,11 @@ instructions. Line structure is kept too: a turn is rendered on one line by
 escaped copy is only for the prompt; the raw document is what gets applied and saved. The
 staleness review and consolidation sections (``staleness.py``, ``consolidation.py``) follow the
 same rules, with quotes escaped too because they quote fact text.
+
+The record fields a fact may carry (``memstore.record``) reach the memory block like any other
+key, escaped the same way, except ``raw``: the user's words behind a fact (up to
+``MAX_RAW_CHARS`` each) would multiply the prompt's size and tell the model nothing the fact's
+content does not, so they are left out of the prompt copy.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from memstore.capture.filtering import memory_turns
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument
 from memstore.inject.escaping import inline_text
+from memstore.record import RAW_KEY
 from memstore.update.consolidation import consolidation_section
 from memstore.update.staleness import staleness_section
 
@@ -75,6 +81,16 @@ what is still true):
 Fact categories: preference, knowledge, context, behavior, goal, correction.
 Confidence: 0.9-1.0 when the user said it outright; 0.7-0.8 when strongly implied; \
 0.5-0.6 when inferred. Corrections get at least 0.95.
+Each new fact may also carry these keys; leave out any you cannot tell:
+- "type": episodic (an event), semantic (knowledge or context), procedural (how the user \
+wants things done), preference, or profile (who the user is: role, background, goals);
+- "importance": 0-1, how much the fact matters for helping this user later (0.5 is ordinary);
+- "tags": at most 16 short labels, such as "tone" or "python";
+- "sourceKind": "explicit_user_input" when the user said it outright, "implicit_inference" when \
+you inferred it;
+- "raw": the user's own words the fact came from, copied exactly (a sentence or two);
+- "structured": the fact as a small JSON object, such as {"tone": ["concise"]};
+- "replaces": ids of existing facts this fact corrects or replaces (they are removed).
 Write facts and summaries in the language the user wrote in.
 List in "factsToRemove" the ids of existing facts that the conversation contradicts or \
 replaces. Never record that files were uploaded or attached: uploads do not persist.
@@ -93,7 +109,9 @@ Reply with one JSON object and nothing else, shaped like this:
     "longTermBackground": {"summary": "...", "shouldUpdate": false}
   },
   "newFacts": [
-    {"content": "...", "category": "preference", "confidence": 0.9, "sourceError": "optional"}
+    {"content": "...", "category": "preference", "confidence": 0.9, "type": "preference",
+     "importance": 0.7, "tags": ["tone"], "sourceKind": "explicit_user_input", "raw": "...",
+     "structured": {"tone": ["concise"]}, "replaces": ["fact_id"], "sourceError": "optional"}
   ],
   "factsToRemove": ["fact_id"],
   "staleFactsToRemove": [{"id": "fact_id", "reason": "why it is outdated"}],
@@ -142,6 +160,15 @@ def escape_memory_for_prompt(value: Any) -> Any:
     return value
 
 
+def _without_raw(memory: MemoryDocument) -> MemoryDocument:
+    """``memory`` with each fact's ``raw`` left out (a shallow copy; the stored document is untouched)."""
+    facts = memory.get("facts")
+    if not isinstance(facts, list) or not any(isinstance(f, dict) and RAW_KEY in f for f in facts):
+        return memory
+    shown = [{k: v for k, v in f.items() if k != RAW_KEY} if isinstance(f, dict) else f for f in facts]
+    return {**memory, "facts": shown}
+
+
 def signal_hints(*, correction_detected: bool, reinforcement_detected: bool) -> str:
     hints = []
     if correction_detected:
@@ -168,7 +195,8 @@ def build_update_prompt(
     conversation = format_conversation_for_update(messages)
     if not conversation.strip():
         return None
-    memory_json = json.dumps(escape_memory_for_prompt(current_memory), indent=2, ensure_ascii=False)
+    shown = escape_memory_for_prompt(_without_raw(current_memory))
+    memory_json = json.dumps(shown, indent=2, ensure_ascii=False)
     memory_json = memory_json.translate(_JSON_LINE_SEPARATORS)
     parts = [
         f"<current_memory>\n{memory_json}\n</current_memory>",

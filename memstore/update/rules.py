@@ -32,6 +32,14 @@ only fires on an explicit statement. Work and job-like identity statements fill
 ``workContext``, goals fill ``topOfMind``, everything else except corrections fills
 ``personalContext``; new sentences are appended to the stored summary.
 
+Record fields (``memstore.record``), what can be known without judgement: ``sourceKind`` is
+``explicit_user_input`` (every rule reads the user's own statement; corrections become
+``corrected_memory`` in the parser), ``type`` is the category's default type, ``raw`` is the
+sentence the statement was read from (whitespace collapsed, cut at ``MAX_RAW_CHARS``, left out
+when it holds text the store cannot keep), and the name, work and residence rules tag their
+fact ``name``, ``work`` or ``location`` (a job-like identity statement ``work`` too). Importance
+is a judgement, so it stays at the default.
+
 What it misses: anything implied rather than stated, third-person or past-tense statements
 ("we moved to Postgres"), negations other than the listed dislikes, statements inside
 questions (sentences ending in "?", "吗", "呢" are skipped), other languages, contradictions
@@ -42,11 +50,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from memstore.capture.filtering import memory_turns
-from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, fact_content_key
+from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, fact_content_key, unstorable
+from memstore.record import MAX_RAW_CHARS, default_type
 from memstore.update.parser import MemoryUpdate, normalise_update
 
 WORK_SECTION, PERSONAL_SECTION, FOCUS_SECTION = USER_SECTIONS
@@ -114,6 +123,8 @@ class Finding:
     confidence: float
     section: str | None
     source_error: str | None = None
+    tag: str | None = None
+    raw: str | None = None
 
 
 Builder = Callable[[re.Match[str]], Finding | None]
@@ -130,13 +141,15 @@ def _capture(match: re.Match[str], group: str = "x") -> str | None:
     return _third_person(value)
 
 
-def _template(template: str, category: str, confidence: float, section: str | None) -> Builder:
+def _template(
+    template: str, category: str, confidence: float, section: str | None, tag: str | None = None
+) -> Builder:
     def build(match: re.Match[str]) -> Finding | None:
         value = _capture(match)
         if value is None:
             return None
         verb = (match.groupdict().get("verb") or "").lower()
-        return Finding(template.format(x=value, verb=verb), category, confidence, section)
+        return Finding(template.format(x=value, verb=verb), category, confidence, section, tag=tag)
 
     return build
 
@@ -145,9 +158,10 @@ def _identity(match: re.Match[str]) -> Finding | None:
     value = _capture(match)
     if value is None or _IDENTITY_STOP.match(value) or value.startswith(_ZH_IDENTITY_STOP):
         return None
-    section = WORK_SECTION if _WORK_WORDS.search(value) else PERSONAL_SECTION
+    work = _WORK_WORDS.search(value) is not None
     prefix = "用户是" if re.match(r"[\u4e00-\u9fff]", match.group(0)) else "User is "
-    return Finding(prefix + value, "context", 0.85, section)
+    section, tag = (WORK_SECTION, "work") if work else (PERSONAL_SECTION, None)
+    return Finding(prefix + value, "context", 0.85, section, tag=tag)
 
 
 def _zh_want(match: re.Match[str]) -> Finding | None:
@@ -182,26 +196,29 @@ def _en_rule(pattern: str) -> re.Pattern[str]:
 
 
 _RULES: tuple[tuple[re.Pattern[str], Builder], ...] = (
-    (_en_rule(r"my name is (?P<x>.+)"), _template("User's name is {x}", "context", 0.95, PERSONAL_SECTION)),
+    (
+        _en_rule(r"my name is (?P<x>.+)"),
+        _template("User's name is {x}", "context", 0.95, PERSONAL_SECTION, "name"),
+    ),
     (
         _en_rule(r"(?:please )?call me (?P<x>.+)"),
-        _template("User wants to be called {x}", "preference", 0.95, PERSONAL_SECTION),
+        _template("User wants to be called {x}", "preference", 0.95, PERSONAL_SECTION, "name"),
     ),
     (
         _en_rule(r"i (?:currently )?work (?:at|for) (?P<x>.+)"),
-        _template("User works at {x}", "context", 0.9, WORK_SECTION),
+        _template("User works at {x}", "context", 0.9, WORK_SECTION, "work"),
     ),
     (
         _en_rule(r"i (?:currently )?work as (?P<x>.+)"),
-        _template("User works as {x}", "context", 0.9, WORK_SECTION),
+        _template("User works as {x}", "context", 0.9, WORK_SECTION, "work"),
     ),
     (
         _en_rule(r"i (?:currently )?work on (?P<x>.+)"),
-        _template("User works on {x}", "context", 0.9, WORK_SECTION),
+        _template("User works on {x}", "context", 0.9, WORK_SECTION, "work"),
     ),
     (
         _en_rule(r"i (?:currently )?live in (?P<x>.+)"),
-        _template("User lives in {x}", "context", 0.9, PERSONAL_SECTION),
+        _template("User lives in {x}", "context", 0.9, PERSONAL_SECTION, "location"),
     ),
     (
         _en_rule(r"i(?:'m| am) (?P<verb>trying|planning|hoping) to (?P<x>.+)"),
@@ -226,10 +243,10 @@ _RULES: tuple[tuple[re.Pattern[str], Builder], ...] = (
         _template("User's goal is {x}", "goal", 0.9, FOCUS_SECTION),
     ),
     (_en_rule(r"i (?:really )?(?P<verb>want|plan|hope|intend|need) to (?P<x>.+)"), _en_intent),
-    (re.compile(r"^我叫(?P<x>.+)"), _template("用户叫{x}", "context", 0.95, PERSONAL_SECTION)),
+    (re.compile(r"^我叫(?P<x>.+)"), _template("用户叫{x}", "context", 0.95, PERSONAL_SECTION, "name")),
     (
         re.compile(r"^我的名字(?:是|叫)(?P<x>.+)"),
-        _template("用户的名字是{x}", "context", 0.95, PERSONAL_SECTION),
+        _template("用户的名字是{x}", "context", 0.95, PERSONAL_SECTION, "name"),
     ),
     (
         re.compile(r"^我(?:正在|在)(?:尝试|努力|试着)(?P<x>.+)"),
@@ -237,11 +254,11 @@ _RULES: tuple[tuple[re.Pattern[str], Builder], ...] = (
     ),
     (
         re.compile(r"^我(?:目前|现在)?在(?P<x>.+?)(?:工作|上班|任职)"),
-        _template("用户在{x}工作", "context", 0.9, WORK_SECTION),
+        _template("用户在{x}工作", "context", 0.9, WORK_SECTION, "work"),
     ),
     (
         re.compile(r"^我(?:目前|现在)?住在(?P<x>.+)"),
-        _template("用户住在{x}", "context", 0.9, PERSONAL_SECTION),
+        _template("用户住在{x}", "context", 0.9, PERSONAL_SECTION, "location"),
     ),
     (
         re.compile(r"^我(?:很|非常|特别)?(?:不喜欢|讨厌)(?P<x>.+)"),
@@ -273,8 +290,9 @@ def _sentences(text: str) -> list[str]:
     return [" ".join(sentence.split()) for sentence in _SENTENCE_SPLIT.split(text)]
 
 
-def _clauses(text: str) -> list[str]:
-    clauses: list[str] = []
+def _clauses(text: str) -> list[tuple[str, str]]:
+    """Each clause of ``text`` with the sentence it belongs to."""
+    clauses: list[tuple[str, str]] = []
     for sentence in _sentences(text):
         if sentence and not _QUESTION_END.search(sentence):
             for part in _CLAUSE_SPLIT.split(sentence):
@@ -282,23 +300,29 @@ def _clauses(text: str) -> list[str]:
                 if not part:
                     continue
                 if not _FIRST_PERSON_START.match(part):  # "Bob and Alice work at Acme" is not about the user
-                    clauses.append(part)
+                    clauses.append((sentence, part))
                     continue
                 first, *implied = _IMPLIED_SUBJECT_SPLIT.split(part)
-                clauses.extend([first, *(f"I {rest}" for rest in implied)])
+                clauses.extend((sentence, clause) for clause in [first, *(f"I {rest}" for rest in implied)])
     return clauses
+
+
+def _raw(sentence: str) -> str | None:
+    """The sentence a finding came from, as its ``raw``: capped, and only when the store can keep it."""
+    raw = sentence[:MAX_RAW_CHARS].strip()
+    return raw if raw and unstorable(raw) is None else None
 
 
 def _statement_findings(text: str) -> list[Finding]:
     findings: list[Finding] = []
-    for clause in _clauses(text):
+    for sentence, clause in _clauses(text):
         for pattern, build in _RULES:
             match = pattern.match(clause)
             if match is None:
                 continue
             finding = build(match)
             if finding is not None:
-                findings.append(finding)
+                findings.append(replace(finding, raw=_raw(sentence)))
             break
     return findings
 
@@ -322,7 +346,7 @@ def _correction_findings(text: str) -> list[Finding]:
         else:
             content = f"Use {target} instead of {mistake}" if mistake else f"Use {target} instead"
             source_error = f"Used {mistake} instead of {target}" if mistake else None
-        return [Finding(content, "correction", 0.95, None, source_error)]
+        return [Finding(content, "correction", 0.95, None, source_error, raw=_raw(match.string))]
     return []
 
 
@@ -380,6 +404,10 @@ def extract_update(
             "content": finding.content,
             "category": finding.category,
             "confidence": finding.confidence,
+            "type": default_type(finding.category),
+            "sourceKind": "explicit_user_input",
+            "tags": [finding.tag] if finding.tag else [],
+            "raw": finding.raw,
         }
         if finding.source_error:
             fact["sourceError"] = finding.source_error

@@ -11,6 +11,19 @@ fact of the same category, since "User does not like coffee" reads close to "Use
 to an embedding model and must not vanish into it; a consolidation's merged fact is never folded
 (its sources are already gone). Live facts without a vector are embedded in the same call, so the
 check never depends on whether the backfill has run.
+
+Near-duplicates below the fold go to the LLM (``adjudication.py``) when an ``adjudicate`` is given
+and ``adjudication_similarity`` is set: each new fact left after the folds whose closest stored
+fact (private, not a fold target of this update, any category) scores at least
+``adjudication_similarity`` makes a pair; a stored fact is in one pair at most (its closest), and
+the ``adjudication_max_candidates`` closest pairs are asked about. ``skip`` and ``update`` are
+audited like a fold (``reason`` ``adjudicated``, with the ``decision``), so the stored fact counts
+as confirmed and a save that finds it deleted meanwhile starts over. An ``update`` across the
+guarded-category line (a correction and a non-correction) is refused and both are kept, as a fold
+would be: the model may not turn a correction into an ordinary fact or the reverse. An ``update``
+takes the new fact's wording (content, category, confidence, ``sourceError``, source kind, ``raw``,
+``structured``) and its type, importance and tags where it states them; the stored fact keeps
+its own otherwise, with its id, dates and relations.
 """
 
 from __future__ import annotations
@@ -24,8 +37,11 @@ import numpy as np
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument, coerce_confidence
 from memstore.embedding import Embedder
+from memstore.record import IMPORTANCE_KEY, RAW_KEY, SOURCE_KIND_KEY, STRUCTURED_KEY, TAGS_KEY, TYPE_KEY
 from memstore.scope import Scope
 from memstore.storage.vectors import VectorStore
+from memstore.update.adjudication import KEEP_BOTH, Adjudicate, NearPair
+from memstore.update.fields import with_relations
 
 MAX_FOLDED_TEXT = 500
 """Characters of the dropped fact's text kept in the audit detail."""
@@ -95,8 +111,10 @@ def fold_similar(
     store: VectorStore,
     scope: Scope,
     config: MemoryConfig,
+    adjudicate: Adjudicate | None = None,
 ) -> SimilarFolds:
-    """Fold the new facts of ``memory`` (ids not in ``current``) that repeat a kept fact."""
+    """Fold the new facts of ``memory`` (ids not in ``current``) that repeat a kept fact, then
+    apply ``adjudicate``'s decisions on the near-duplicates left (see the module doc)."""
     before = {fact.get("id") for fact in current.get("facts") or () if isinstance(fact, dict)}
     facts = [fact for fact in memory.get("facts") or () if isinstance(fact, dict)]
     new = [f for f in facts if f.get("id") not in before and f.get("source") != CONSOLIDATION_SOURCE]
@@ -121,21 +139,112 @@ def fold_similar(
         if confidence > coerce_confidence(into.get("confidence"), 0.0):
             into["confidence"] = confidence
         result.folded.setdefault(str(into["id"]), []).append(
-            {
-                "reason": "similar",
-                "similarity": round(similarity, 4),
-                "model": embedder.model,
-                "content": str(fact.get("content"))[:MAX_FOLDED_TEXT],
-                "confidence": confidence,
-            }
+            _fold_detail("similar", similarity, embedder.model, fact, confidence)
         )
+    moved: dict[str, str] = {}
+    if adjudicate is not None and config.adjudication_similarity is not None:
+        stored = [f for f in kept if f.get("id") in before and str(f["id"]) not in result.folded]
+        left = [f for f in new if id(f) not in dropped and f.get("id") in vectors]
+        pairs = _near_pairs(left, stored, vectors, config.adjudication_similarity)
+        pairs = pairs[: config.adjudication_max_candidates]
+        if pairs:
+            decisions = adjudicate(pairs)
+            moved = _apply_decisions(pairs, decisions, result, dropped, embedder.model, guaranteed)
     if dropped:
         memory = dict(memory)
         memory["facts"] = [fact for fact in facts if id(fact) not in dropped]
         result.memory = memory
-    stored_ids = {fact.get("id") for fact in result.memory.get("facts") or () if isinstance(fact, dict)}
-    result.vectors = [item for item in made if item[0] in stored_ids]
+    # Only vectors of what is stored now: not a dropped fact's, nor an updated fact's old text's.
+    held = {f.get("id"): f.get("content") for f in result.memory.get("facts") or () if isinstance(f, dict)}
+    made = [(moved.get(fact_id, fact_id), text, vector) for fact_id, text, vector in made]
+    result.vectors = [item for item in made if item[0] in held and held[item[0]] == item[1]]
     return result
+
+
+def _fold_detail(
+    reason: str, similarity: float, model: str, fact: Fact, confidence: float, **extra: str
+) -> dict[str, Any]:
+    """The audit detail of a new fact folded into (or decided against) a stored one."""
+    return {
+        "reason": reason,
+        **extra,
+        "similarity": round(similarity, 4),
+        "model": model,
+        "content": str(fact.get("content"))[:MAX_FOLDED_TEXT],
+        "confidence": confidence,
+    }
+
+
+def _near_pairs(
+    new: Sequence[Fact], stored: Sequence[Fact], vectors: dict[str, np.ndarray], threshold: float
+) -> list[NearPair]:
+    """Each new fact with its closest private stored fact at or above ``threshold``; a stored fact
+    in one pair at most (its closest); the closest pairs first."""
+    candidates = [fact for fact in stored if fact.get("visibility", "private") == "private"]
+    pairs: list[NearPair] = []
+    for fact in new:
+        vector = vectors[str(fact["id"])]
+        alike = [other for other in candidates if vectors[str(other["id"])].shape == vector.shape]
+        if not alike:
+            continue
+        scores = np.stack([vectors[str(other["id"])] for other in alike]) @ vector
+        best = int(np.argmax(scores))
+        if float(scores[best]) >= threshold:
+            pairs.append(NearPair(fact, alike[best], float(scores[best])))
+    pairs.sort(key=lambda pair: -pair.similarity)
+    taken: set[str] = set()
+    chosen: list[NearPair] = []
+    for pair in pairs:
+        if str(pair.old["id"]) not in taken:
+            taken.add(str(pair.old["id"]))
+            chosen.append(pair)
+    return chosen
+
+
+def _apply_decisions(
+    pairs: Sequence[NearPair],
+    decisions: Sequence[str],
+    result: SimilarFolds,
+    dropped: set[int],
+    model: str,
+    guaranteed: frozenset[str],
+) -> dict[str, str]:
+    """Apply each pair's decision in place; returns new fact id to stored fact id for each ``update``."""
+    moved: dict[str, str] = {}
+    for pair, decision in zip(pairs, decisions, strict=True):
+        old_id, new_id = str(pair.old["id"]), str(pair.new["id"])
+        if decision == "update" and not _may_fold(pair.new, pair.old, guaranteed):
+            decision = KEEP_BOTH
+        if decision == "contradicts":
+            with_relations(pair.new, [{"type": "contradicts", "target": old_id}])
+        if decision not in ("skip", "update"):
+            continue
+        confidence = coerce_confidence(pair.new.get("confidence"), 0.0)
+        detail = _fold_detail("adjudicated", pair.similarity, model, pair.new, confidence, decision=decision)
+        result.folded.setdefault(old_id, []).append(detail)
+        dropped.add(id(pair.new))
+        if decision == "update":
+            _take_over(pair.old, pair.new)
+            moved[new_id] = old_id
+    return moved
+
+
+_WORDING_KEYS = ("content", "category", "confidence", "sourceError", SOURCE_KIND_KEY, RAW_KEY, STRUCTURED_KEY)
+"""What an ``update`` takes from the new fact, present or not: it belongs to the new wording."""
+_DESCRIPTIVE_KEYS = (TYPE_KEY, IMPORTANCE_KEY, TAGS_KEY)
+"""What it takes only when the new fact states it: otherwise the stored fact's own still holds."""
+
+
+def _take_over(old: Fact, new: Fact) -> None:
+    """``old`` (in place) with ``new``'s wording and stated fields, keeping its id, dates and relations."""
+    for key in _WORDING_KEYS:
+        if key in new:
+            old[key] = new[key]
+        else:
+            old.pop(key, None)
+    old.update({key: new[key] for key in _DESCRIPTIVE_KEYS if key in new})
+    relations = new.get("relations")
+    with_relations(old, relations if isinstance(relations, list) else [])
 
 
 def _best_match(

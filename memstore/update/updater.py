@@ -49,8 +49,15 @@ from memstore.storage.sql.documents.provider import SqlMemoryStorage
 from memstore.storage.sql.engine import describe_db_error
 from memstore.storage.sql.queue.table import QueueLease
 from memstore.storage.vectors import VectorStore, semantic_parts
+from memstore.update.adjudication import Adjudicate, Adjudicator
 from memstore.update.apply import apply_updates
-from memstore.update.extractor import Extractor, ExtractorName, build_extractor, resolve_extractor
+from memstore.update.extractor import (
+    Extractor,
+    ExtractorName,
+    LLMExtractor,
+    build_extractor,
+    resolve_extractor,
+)
 from memstore.update.parser import MemoryUpdate
 from memstore.update.similarity import Fold, SimilarFolds, fold_similar
 
@@ -204,16 +211,20 @@ class MemoryUpdater:
 
         A save that finds a fold target deleted by another writer meanwhile (``FoldTargetGoneError``)
         saved nothing: the update is applied again to the scope as it is now, so the other folds
-        still stand; the last try goes without dedup, so the update always lands.
+        still stand; the last try goes without dedup, so the update always lands. With the LLM
+        extractor, near-duplicates below the fold are adjudicated by the same endpoint
+        (``adjudication.py``); the rules extractor has no model to ask, so it keeps both.
         """
         config = self.config
         scope = resolve_scope(context.agent_name, context.user_id)
         semantic = _semantic(config, storage, scope)
+        adjudicate = self._adjudicator(config, scope) if semantic else None
         options: dict[str, Any] = {"origin": context.thread_id, "captured_at": context.timestamp}
         if lease is not None:
             options["lease"] = lease
         for attempt in range(FOLD_ATTEMPTS):
-            fold = _folder(semantic, scope, config) if semantic and attempt < FOLD_ATTEMPTS - 1 else None
+            last = attempt == FOLD_ATTEMPTS - 1
+            fold = _folder(semantic, scope, config, adjudicate) if semantic and not last else None
             # The signals rank evictions: read them only when the update can reach the cap.
             may_evict = len(current.get("facts") or ()) + len(update["newFacts"]) > config.max_facts
             signals = storage.fact_signals(context.agent_name, user_id=context.user_id) if may_evict else {}
@@ -238,6 +249,13 @@ class MemoryUpdater:
                 _store_vectors(semantic, scope, applied.folds.vectors)
             return saved
         raise AssertionError("unreachable: the last try saves without dedup")
+
+    def _adjudicator(self, config: MemoryConfig, scope: Scope) -> Adjudicate | None:
+        """The near-duplicate adjudicator for one update, or ``None`` when there is no model to ask."""
+        extractor = self._extractor_for(config)
+        if config.adjudication_similarity is None or not isinstance(extractor, LLMExtractor):
+            return None
+        return Adjudicator(extractor.client, scope_label(scope))
 
     def _update_sync(self, context: ConversationContext) -> bool:
         try:
@@ -293,7 +311,9 @@ def _semantic(
         return None
 
 
-def _folder(semantic: tuple[Embedder, VectorStore], scope: Scope, config: MemoryConfig) -> Fold:
+def _folder(
+    semantic: tuple[Embedder, VectorStore], scope: Scope, config: MemoryConfig, adjudicate: Adjudicate | None
+) -> Fold:
     """``fold_similar`` for this scope. Dedup only saves a duplicate row, so an embedding failure
     (an endpoint down or answering nonsense) is logged and the update saved without it: the facts
     the LLM extracted are never lost to it, and their vectors are made on a later update or by
@@ -302,7 +322,15 @@ def _folder(semantic: tuple[Embedder, VectorStore], scope: Scope, config: Memory
 
     def fold(current: MemoryDocument, memory: MemoryDocument) -> SimilarFolds:
         try:
-            return fold_similar(current, memory, embedder=embedder, store=store, scope=scope, config=config)
+            return fold_similar(
+                current,
+                memory,
+                embedder=embedder,
+                store=store,
+                scope=scope,
+                config=config,
+                adjudicate=adjudicate,
+            )
         except EmbeddingError as exc:
             logger.warning(
                 "similarity dedup skipped (%s), the update is saved without it: %s", scope_label(scope), exc

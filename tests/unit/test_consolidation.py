@@ -207,8 +207,9 @@ class TestApplyUpdatesConsolidation:
         assert merged["consolidatedFrom"] == ["k0", "k1", "k2"] and merged["source"] == "consolidation"
         assert list(merged) == [
             "id", "content", "category", "confidence", "createdAt", "consolidatedAt", "source",
-            "consolidatedFrom",
+            "consolidatedFrom", "relations",
         ]  # fmt: skip
+        assert merged["relations"] == [{"type": "derived_from", "target": sid} for sid in ["k0", "k1", "k2"]]
         assert merged["consolidatedAt"] == "2026-07-01T12:00:00Z"
         assert result.removals == {
             sid: {"reason": "consolidated", "into": merged["id"]} for sid in ["k0", "k1", "k2"]
@@ -406,3 +407,28 @@ class TestGuardsBeyondTheReference:
         fields = line.split('"')[0]  # the bracketed part, before the quoted content
         assert fields.count("|") == 1 and fields.count("[") == 1 and fields.count("]") == 1
         assert "&#124;" in fields and "&#91;" in fields and "&#93;" in fields
+
+
+class TestRecordFieldsOfAMerge:
+    def test_a_merge_takes_the_highest_importance_and_every_tag_and_no_raw(self) -> None:
+        facts = group("k", 8)
+        facts[0].update(importance=0.9, tags=["python", "tools"], raw="I use uv", structured={"a": 1})
+        facts[1].update(importance=0.2, tags=["tools", "ci"])
+        merged = apply(memory_with(*facts), update([merge(["k0", "k1"], "AB")])).memory["facts"][-1]
+        assert merged["importance"] == 0.9 and merged["tags"] == ["ci", "python", "tools"]
+        assert "raw" not in merged and "structured" not in merged and "type" not in merged
+        assert merged["relations"] == [
+            {"type": "derived_from", "target": "k0"},
+            {"type": "derived_from", "target": "k1"},
+        ]
+
+    def test_sources_at_the_defaults_give_a_merge_without_record_keys(self) -> None:
+        merged = apply(memory_with(*group("k", 8)), update([merge(["k0", "k1"], "AB")])).memory["facts"][-1]
+        assert "importance" not in merged and "tags" not in merged
+
+    def test_the_merged_tags_stop_at_the_cap(self) -> None:
+        facts = group("k", 8)
+        facts[0]["tags"] = [f"a{i}" for i in range(12)]
+        facts[1]["tags"] = [f"b{i}" for i in range(12)]
+        merged = apply(memory_with(*facts), update([merge(["k0", "k1"], "AB")])).memory["facts"][-1]
+        assert merged["tags"] == sorted(facts[0]["tags"] + facts[1]["tags"])[:16]
