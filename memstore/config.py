@@ -155,6 +155,21 @@ class MemoryConfig(BaseModel):
     relevance_recency_weight: float = Field(default=0.05, ge=0.0, le=10.0)
     access_tracking: bool = True
     access_interval_seconds: float = Field(default=300.0, ge=1, le=86_400)
+    # Memory records (memstore.record): what extraction keeps, and the near-duplicates the LLM
+    # decides on (similarity at least adjudication_similarity, below dedup_similarity; None: off).
+    fact_importance_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+    adjudication_similarity: float | None = Field(default=0.85, gt=0.0, le=1.0)
+    adjudication_max_candidates: int = Field(default=5, ge=1, le=20)
+    # Ranking by the record's importance and decay score, and an optional rerank of the top hits
+    # (memstore.inject.rerank; rerank_model is the endpoint's model, or the chat model for "llm").
+    relevance_importance_weight: float = Field(default=0.0, ge=0.0, le=10.0)
+    relevance_decay_weight: float = Field(default=0.0, ge=0.0, le=10.0)
+    rerank: Literal["none", "endpoint", "llm"] = "none"
+    rerank_base_url: str | None = None
+    rerank_model: str | None = None
+    rerank_api_key: SecretStr | None = None
+    rerank_top_n: int = Field(default=20, ge=2, le=200)
+    rerank_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
 
     @field_validator(
         "shutdown_timeout_seconds",
@@ -184,6 +199,11 @@ class MemoryConfig(BaseModel):
         "relevance_fulltext_weight",
         "relevance_confidence_weight",
         "relevance_recency_weight",
+        "fact_importance_threshold",
+        "adjudication_similarity",
+        "relevance_importance_weight",
+        "relevance_decay_weight",
+        "rerank_timeout_seconds",
     )
     @classmethod
     def _finite(cls, value: float | None) -> float | None:
@@ -219,6 +239,14 @@ class MemoryConfig(BaseModel):
         )
         if not any(weight > 0 for weight in weights):
             raise ValueError("at least one relevance_*_weight must be above 0")
+        return self
+
+    @model_validator(mode="after")
+    def _rerank_settings(self) -> MemoryConfig:
+        if self.rerank == "endpoint" and not (self.rerank_base_url or "").strip():
+            raise ValueError("rerank 'endpoint' needs rerank_base_url")
+        if self.rerank == "llm" and not (self.rerank_model or self.model_name or "").strip():
+            raise ValueError("rerank 'llm' needs model_name (or rerank_model)")
         return self
 
     @model_validator(mode="after")

@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/eval_retrieval.py                 # the local model (extra local-embeddings)
     .venv/bin/python scripts/eval_retrieval.py --markdown out.md
+    .venv/bin/python scripts/eval_retrieval.py --rerank-url http://reranker:8000/v1 --rerank-model M
+    .venv/bin/python scripts/eval_retrieval.py --rerank-llm-url http://llm:8000/v1 --rerank-llm-model M
 
 Loads the set's 300 facts into a throwaway SQLite database through memstore's own save, embeds
 them with the configured provider (``local`` unless ``--base-url``/``--model`` name an
@@ -12,6 +14,14 @@ every word of the query. It also
 measures the model (load time, one query, a batch of 100 facts, installed size) and the
 similarity of the labelled duplicate pairs, with precision and recall of ``dedup_similarity``
 thresholds.
+
+Then it ranks the same queries with the record's signals weighted and with a rerank stage, on
+two paths: hybrid search (``search_facts``) and the order ``memory_context(query=...)`` injects
+in (``gateway.ranking.injection_scores``, before corrections are placed first). Each fact's
+``importance`` comes from the set (see docs/performance.md for how it was labelled); every fact
+is stored 30 days before the run, unconfirmed and unused, so the decay score differs between facts
+only by confidence and importance. The rerank rows need a rerank endpoint (``--rerank-url``) or a
+chat model (``--rerank-llm-url``); without either they are left out.
 """
 
 from __future__ import annotations
@@ -23,6 +33,8 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from memstore.config import MemoryConfig, set_memory_config  # noqa: E402
+from memstore.document import format_timestamp  # noqa: E402
 from memstore.embedding import Embedder, get_embedder  # noqa: E402
-from memstore.inject.relevance import bm25_scores, ranked_order  # noqa: E402
+from memstore.gateway.ranking import injection_scores  # noqa: E402
+from memstore.inject.relevance import bm25_scores, fact_confidence, ranked_order  # noqa: E402
 from memstore.ops.embeddings import embed_facts  # noqa: E402
 from memstore.queries import FactFilter, search_facts  # noqa: E402
 from memstore.storage.loader import get_memory_storage, reset_memory_storage  # noqa: E402
@@ -41,10 +55,26 @@ DATA = ROOT / "tests" / "data" / "retrieval_eval.json"
 MODES: tuple[SearchMode, ...] = ("fulltext", "semantic", "hybrid")
 ANY_WORD = "bm25, any word (reference)"
 THRESHOLDS = (0.90, 0.92, 0.94, 0.95, 0.96, 0.97, 0.98)
+AGE = timedelta(days=30)
+"""How long before the run every fact of the set was stored."""
+WEIGHTINGS: tuple[tuple[str, float, float], ...] = (
+    ("none (today)", 0.0, 0.0),
+    ("importance 0.05", 0.05, 0.0),
+    ("importance 0.1", 0.1, 0.0),
+    ("importance 0.2", 0.2, 0.0),
+    ("importance 0.5", 0.5, 0.0),
+    ("decay 0.05", 0.0, 0.05),
+    ("decay 0.1", 0.0, 0.1),
+    ("decay 0.2", 0.0, 0.2),
+    ("decay 0.5", 0.0, 0.5),
+    ("importance 0.1 + decay 0.1", 0.1, 0.1),
+)
+"""(label, relevance_importance_weight, relevance_decay_weight) for the weighting table."""
 
 
 def _document(user: dict[str, Any]) -> dict[str, Any]:
-    facts = [{**fact, "createdAt": "2026-10-01T12:00:00Z", "source": "eval"} for fact in user["facts"]]
+    created = format_timestamp(datetime.now(UTC) - AGE)
+    facts = [{**fact, "createdAt": created, "source": "eval"} for fact in user["facts"]]
     return {"version": "1.0", "user": {}, "history": {}, "facts": facts}
 
 
@@ -94,6 +124,67 @@ def evaluate(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, float]]:
         }
         for key, values in scores.items()
     }
+
+
+Ranker = Callable[[dict[str, Any]], list[str]]
+
+
+def _hybrid(config: MemoryConfig) -> Ranker:
+    def rank(query: dict[str, Any]) -> list[str]:
+        where = FactFilter(user_id=query["user_id"])
+        page = search_facts(query["text"], where, mode="hybrid", limit=10, config=config)
+        return [fact.fact_id for fact in page.facts]
+
+    return rank
+
+
+def _injection(config: MemoryConfig) -> Ranker:
+    """The order ``memory_context(query=...)`` gives the user's facts, the first ten of them."""
+    storage = get_memory_storage()
+
+    def rank(query: dict[str, Any]) -> list[str]:
+        memory = storage.load(user_id=query["user_id"])
+        facts = memory["facts"]
+        scope = (query["user_id"], None)
+        scores = injection_scores(memory, query["text"], config, storage, scope)
+        order = ranked_order(scores if scores is not None else [fact_confidence(fact) for fact in facts])
+        return [facts[i]["id"] for i in order[:10]]
+
+    return rank
+
+
+def _score(data: dict[str, Any], ranker: Ranker) -> dict[str, tuple[float, float]]:
+    """language -> (recall@5, MRR) of ``ranker`` over the set's queries."""
+    scores: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for query in data["queries"]:
+        relevant = set(query["relevant"])
+        found = ranker(query)
+        rank = _rank_of(found, relevant)
+        scores[query["language"]].append(
+            (len(relevant & set(found[:5])) / len(relevant), 1 / rank if rank else 0.0)
+        )
+    return {
+        language: (statistics.fmean(r for r, _ in values), statistics.fmean(m for _, m in values))
+        for language, values in scores.items()
+    }
+
+
+def weighted(
+    data: dict[str, Any], config: MemoryConfig, reranks: list[tuple[str, dict[str, Any]]]
+) -> list[tuple[str, str, dict[str, tuple[float, float]]]]:
+    """(variant, path, language -> (recall@5, MRR)) for each weighting, then each rerank."""
+    variants = [
+        (label, {"relevance_importance_weight": importance, "relevance_decay_weight": decay})
+        for label, importance, decay in WEIGHTINGS
+    ]
+    rows = []
+    for label, settings in [*variants, *reranks]:
+        variant = config.model_copy(update=settings)
+        for path, ranker in (("hybrid search", _hybrid(variant)), ("injection", _injection(variant))):
+            started = time.perf_counter()
+            rows.append((label, path, _score(data, ranker)))
+            print(f"{label}, {path}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    return rows
 
 
 def duplicate_separation(embedder: Embedder, data: dict[str, Any]) -> tuple[list[str], dict[float, str]]:
@@ -162,7 +253,26 @@ def main() -> None:
     parser.add_argument("--base-url", help="an OpenAI-compatible embeddings endpoint (default: local)")
     parser.add_argument("--model", help="its embeddings model")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    parser.add_argument("--rerank-url", help="a rerank endpoint (POST {url}/rerank) for the rerank rows")
+    parser.add_argument("--rerank-model", help="its model")
+    parser.add_argument("--rerank-llm-url", help="an OpenAI-compatible chat endpoint for the llm rerank rows")
+    parser.add_argument("--rerank-llm-model", help="its chat model")
     args = parser.parse_args()
+    reranks: list[tuple[str, dict[str, Any]]] = []
+    if args.rerank_url:
+        reranks.append(
+            (
+                f"rerank endpoint ({args.rerank_model or 'default model'})",
+                {"rerank": "endpoint", "rerank_base_url": args.rerank_url, "rerank_model": args.rerank_model},
+            )
+        )
+    if args.rerank_llm_url:
+        reranks.append(
+            (
+                f"rerank llm ({args.rerank_llm_model})",
+                {"rerank": "llm", "llm_base_url": args.rerank_llm_url, "model_name": args.rerank_llm_model},
+            )
+        )
     data = json.loads(DATA.read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as directory:
         settings: dict[str, Any] = {"data_dir": directory, "embedding_provider": "local"}
@@ -179,6 +289,7 @@ def main() -> None:
         embedded = embed_facts()
         facts[f"embed the set's {embedded} facts"] = f"{time.perf_counter() - started:.1f} s"
         results = evaluate(data)
+        weighting = weighted(data, config, reranks)
         lines, thresholds = duplicate_separation(embedder, data)
         reset_memory_storage()
     out = ["| language | mode | queries | recall@5 | MRR |", "|---|---|---|---|---|"]
@@ -187,6 +298,14 @@ def main() -> None:
             row = results[(language, mode)]
             cells = f"{row['queries']:.0f} | {row['recall@5']:.3f} | {row['mrr']:.3f}"
             out.append(f"| {language} | {mode} | {cells} |")
+    out += [
+        "",
+        "| ranking | path | en recall@5 | en MRR | zh recall@5 | zh MRR |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, path, scores in weighting:
+        cells = " | ".join(f"{scores[lang][0]:.3f} | {scores[lang][1]:.3f}" for lang in ("en", "zh"))
+        out.append(f"| {label} | {path} | {cells} |")
     out += ["", "| measurement | value |", "|---|---|", *(f"| {k} | {v} |" for k, v in facts.items())]
     out += ["", "Duplicate pairs (cosine):", "", *(f"- {line}" for line in lines)]
     out += ["", "| dedup_similarity | on the labelled pairs |", "|---|---|"]

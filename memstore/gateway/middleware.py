@@ -14,6 +14,7 @@ request).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError
@@ -22,7 +23,7 @@ from typing import Any
 from memstore.capture.conversation import capture_conversation
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
-from memstore.gateway.ranking import relevance_scores
+from memstore.gateway.ranking import injection_scores
 from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
 from memstore.inject.render import render_memory, wrap_memory_block
 from memstore.queue import get_memory_queue, queue_failure
@@ -98,7 +99,8 @@ class MemoryMiddleware:
         """The ``<memory>`` block to put in the prompt, or ``""`` when there is nothing to inject.
 
         With a ``query`` (the latest user message) and embeddings configured, facts are ranked by
-        relevance to it (``inject.relevance``); otherwise by confidence. A failure is logged and
+        relevance to it (``inject.relevance``), and the top reranked when ``rerank`` is set;
+        otherwise by confidence (with importance and decay, when weighted). A failure is logged and
         gives ``""``: a turn without memory, never a broken request. A setup error
         (``SchemaNotReadyError`` and the other ``MigrationError``s, ``StorageSetupError``,
         ``ConfigError``) is raised: it will not pass, and its message says what to run or set.
@@ -139,24 +141,22 @@ class MemoryMiddleware:
             tenant_id=effective_tenant(tenant_id),
             roles=effective_roles(roles),
         )
-        future = _CONTEXT_EXECUTOR.submit(self._render, config, identity, query)
+        deadline = time.monotonic() + timeout
+        future = _CONTEXT_EXECUTOR.submit(self._render, config, identity, query, deadline)
         try:
             return future.result(timeout=timeout)
         except FutureTimeoutError as exc:
             future.cancel()
             raise StorageUnavailableError(f"memory context took longer than {timeout:.1f} s") from exc
 
-    def _render(self, config: MemoryConfig, identity: Identity, query: str | None) -> str:
+    def _render(self, config: MemoryConfig, identity: Identity, query: str | None, deadline: float) -> str:
         """Load, rank, render, and count an access of exactly the own facts the block shows."""
         storage = get_memory_storage().for_identity(identity.tenant_id, identity.roles)
         user_id = identity.user_id
         memory = storage.load(self._agent_name, user_id=user_id)
         others = _visible_facts(storage, self._agent_name, user_id)
-        scores = None
-        if query and query.strip() and (memory.get("facts") or others):
-            scores = relevance_scores(
-                memory, query, config, storage, resolve_scope(self._agent_name, user_id), others
-            )
+        scope = resolve_scope(self._agent_name, user_id)
+        scores = injection_scores(memory, query, config, storage, scope, others, deadline=deadline)
         text, fact_ids = render_memory(
             memory,
             config.max_injection_tokens,

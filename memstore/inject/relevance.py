@@ -8,13 +8,20 @@ facts it ranks (rank 1 is best):
   terms are lower-cased words, and character bigrams for Chinese, Japanese and Korean text, which
   has no spaces to split words at;
 - **confidence**: every fact, highest first;
-- **recency**: every fact, newest ``createdAt`` first (undated facts last).
+- **recency**: every fact, newest ``createdAt`` first (undated facts last);
+- **importance** and **decay** (the record's signals, weights 0 by default): every fact, highest
+  ``importance`` first, and highest decay score first (``memstore.retention``: confidence times
+  the freshness or use that keeps a fact). Most facts share the default importance, so equal
+  values share the best rank of their group: a ranking where everyone ties moves nobody.
 
 ``score(fact) = Σ weight_r / (k + rank_r(fact))`` with ``relevance_rrf_k`` (60) and the
-``relevance_*_weight`` settings (1.0, 1.0, 0.1, 0.05). Fusion works on ranks, not raw scores, so a
-cosine of 0.83 and a BM25 of 7.1 never need a common scale, and a fact that only one ranking likes
-still has a place. Ties keep the stored order. ``render.render_memory`` takes the scores; the
-guaranteed categories still come first, from their own budget.
+``relevance_*_weight`` settings (1.0, 1.0, 0.1, 0.05, 0.0, 0.0). Fusion works on ranks, not raw
+scores, so a cosine of 0.83 and a BM25 of 7.1 never need a common scale, and a fact that only one
+ranking likes still has a place. Ties keep the stored order. ``render.render_memory`` takes the
+scores; the guaranteed categories still come first, from their own budget.
+
+``standing_scores`` is the importance and decay part alone, for any candidate list (hybrid
+search adds it to its own fusion); ``standing_order`` orders facts without a query.
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ import math
 import re
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
@@ -31,6 +39,7 @@ import numpy as np
 
 from memstore.config import MemoryConfig
 from memstore.document import coerce_confidence, parse_timestamp
+from memstore.retention import Candidate, FactSignals, RetentionPolicy, candidate_of
 
 MAX_QUERY_CHARS = 2000
 """Only the start of a longer query is ranked against (a pasted document is not a question)."""
@@ -107,6 +116,10 @@ class RelevanceWeights:
     fulltext: float
     confidence: float
     recency: float
+    importance: float = 0.0
+    decay: float = 0.0
+    retention: RetentionPolicy = field(default_factory=lambda: RetentionPolicy.of(MemoryConfig()))
+    """The half-lives the decay ranking scores with."""
 
     @classmethod
     def of(cls, config: MemoryConfig) -> RelevanceWeights:
@@ -116,7 +129,15 @@ class RelevanceWeights:
             config.relevance_fulltext_weight,
             config.relevance_confidence_weight,
             config.relevance_recency_weight,
+            config.relevance_importance_weight,
+            config.relevance_decay_weight,
+            RetentionPolicy.of(config),
         )
+
+    @property
+    def uses_standing(self) -> bool:
+        """Whether importance or decay takes part in the ranking at all."""
+        return self.importance > 0 or self.decay > 0
 
 
 def text_terms(text: str) -> tuple[str, ...]:
@@ -188,6 +209,62 @@ def fuse_rankings(rankings: Sequence[tuple[float, Sequence[Hashable]]], k: int) 
     return fused
 
 
+def fuse_values(rankings: Sequence[tuple[float, Sequence[float]]], k: int) -> list[float]:
+    """Rank fusion over values, one per candidate: each ``(weight, values)`` ranks the candidates
+    highest value first and adds ``weight / (k + rank)``; equal values share the best rank of
+    their group (ranks 1, 2, 2, 4), so a value everyone has changes no order."""
+    count = max((len(values) for _, values in rankings), default=0)
+    fused = [0.0] * count
+    for weight, values in rankings:
+        if weight <= 0:
+            continue
+        ordered = sorted(range(len(values)), key=lambda i: -values[i])
+        rank = 0
+        for position, index in enumerate(ordered, start=1):
+            if position == 1 or values[index] != values[ordered[position - 2]]:
+                rank = position
+            fused[index] += weight / (k + rank)
+    return fused
+
+
+def standing_scores(candidates: Sequence[Candidate], weights: RelevanceWeights, now: datetime) -> list[float]:
+    """What importance and decay add to each candidate's fused score (all 0 at weight 0)."""
+    if not weights.uses_standing:
+        return [0.0] * len(candidates)
+    importance = [candidate.importance for candidate in candidates]
+    decay = (
+        [weights.retention.decay(candidate, now).value for candidate in candidates]
+        if weights.decay > 0
+        else [0.0] * len(candidates)
+    )
+    return fuse_values([(weights.importance, importance), (weights.decay, decay)], weights.k)
+
+
+def fact_candidates(
+    facts: Sequence[Mapping[Any, Any]], signals: Mapping[str, FactSignals] | None = None
+) -> list[Candidate]:
+    """Document facts as retention candidates (importance, confidence, dates, ``signals`` by id)."""
+    return [
+        candidate_of(fact if isinstance(fact, dict) else dict(fact), signals or {}, index)
+        for index, fact in enumerate(facts)
+    ]
+
+
+def standing_order(
+    facts: Sequence[Mapping[Any, Any]],
+    weights: RelevanceWeights,
+    signals: Mapping[str, FactSignals] | None = None,
+    now: datetime | None = None,
+) -> list[float] | None:
+    """Scores ordering ``facts`` without a query: confidence fused with importance and decay; or
+    ``None`` (plain confidence order) while both of those weights are 0."""
+    if not weights.uses_standing:
+        return None
+    confidence = fuse_values([(weights.confidence, [fact_confidence(fact) for fact in facts])], weights.k)
+    standing = standing_scores(fact_candidates(facts, signals), weights, now or datetime.now(UTC))
+    return [a + b for a, b in zip(confidence, standing, strict=True)]
+
+
 def _created(fact: Mapping[Any, Any]) -> float | None:
     raw = fact.get("createdAt")
     return _timestamp(raw) if isinstance(raw, str) else None
@@ -199,7 +276,8 @@ def _timestamp(raw: str) -> float | None:
     return parsed.timestamp() if parsed is not None else None
 
 
-def _confidence(fact: Mapping[Any, Any]) -> float:
+def fact_confidence(fact: Mapping[Any, Any]) -> float:
+    """A fact's confidence as ranking reads it: 0 when unreadable (ranked last)."""
     raw = fact.get("confidence")
     if type(raw) is float and 0.0 <= raw <= 1.0:  # the common case, without the full coercion
         return raw
@@ -231,12 +309,18 @@ def fused_scores(
     query_vector: np.ndarray,
     vectors: Mapping[str, np.ndarray],
     weights: RelevanceWeights,
+    *,
+    signals: Mapping[str, FactSignals] | None = None,
+    now: datetime | None = None,
 ) -> list[float]:
-    """The RRF score of each of ``facts`` (same order) for ``query``; higher is more relevant."""
+    """The RRF score of each of ``facts`` (same order) for ``query``; higher is more relevant.
+
+    ``signals`` (by fact id) feed the decay ranking; without them a fact decays from its
+    ``createdAt`` alone."""
     texts = [fact.get("content") if isinstance(fact.get("content"), str) else "" for fact in facts]
     semantic = similarities(facts, query_vector, vectors)
     lexical = [score if score > 0 else None for score in bm25_scores(query, texts)]  # type: ignore[arg-type]
-    confidence = [_confidence(fact) for fact in facts]
+    confidence = [fact_confidence(fact) for fact in facts]
     recency = [_created(fact) for fact in facts]
     fused = fuse_rankings(
         [
@@ -247,4 +331,8 @@ def fused_scores(
         ],
         weights.k,
     )
-    return [fused.get(i, 0.0) for i in range(len(facts))]
+    scores = [fused.get(i, 0.0) for i in range(len(facts))]
+    if weights.uses_standing:
+        standing = standing_scores(fact_candidates(facts, signals), weights, now or datetime.now(UTC))
+        scores = [a + b for a, b in zip(scores, standing, strict=True)]
+    return scores

@@ -2,13 +2,15 @@
 
 A run goes scope by scope (every scope, or one user's): it reads the scope and its signals,
 scores each live fact at one instant (``memstore.retention``: decay is ``confidence * max(freshness,
-heat)``; protected categories never expire) and removes those under the threshold right away.
+heat)``, freshness over a half-life stretched by the fact's ``importance``; protected categories
+never expire) and removes those under the threshold right away.
 Its report also counts what the other retention rules would do with the current settings (the
 protected facts, the excess over ``max_facts``), so a dry run answers even with expiry off.
 Each removal is an ordinary merge-safe save of the scope as just read, with origin ``lifecycle``
-and the fact's decay score in the audit ``detail``: a save racing the run keeps its own changes,
-a stale document cannot bring an expired fact back (its tombstone is newer than what that
-document loaded), and a save that only removes facts never evicts others. A dry run only scores.
+and the fact's decay score and importance in the audit ``detail``: a save racing the run keeps
+its own changes, a stale document cannot bring an expired fact back (its tombstone is newer than
+what that document loaded), and a save that only removes facts never evicts others. A dry run
+only scores.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, format_timestamp, without_ids
 from memstore.errors import ConfigError, StorageWriteError
 from memstore.ops.queries import operations_of
+from memstore.record import DEFAULT_IMPORTANCE
 from memstore.retention import RetentionPolicy, Score, candidate_of
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id, validate_user_id
 from memstore.storage.base import MemoryStorage
@@ -42,6 +45,11 @@ class ExpiringFact:
     category: str
     content: str
     decay: Score
+    importance: float = DEFAULT_IMPORTANCE
+
+    def detail(self) -> dict[str, Any]:
+        """The audit ``detail`` of its removal: the decay score, its parts and the importance."""
+        return self.decay.detail("expired", importance=self.importance)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -51,7 +59,7 @@ class ExpiringFact:
             "fact_id": self.fact_id,
             "category": self.category,
             "content": self.content,
-            **self.decay.detail("expired"),
+            **self.detail(),
         }
 
 
@@ -202,6 +210,7 @@ def run_lifecycle(
                 candidates[index].category,
                 str(facts[index].get("content", "")),
                 decay,
+                candidates[index].importance,
             )
             for index, decay in found.items()
         ]
@@ -251,7 +260,7 @@ def _remove(
     facts: list[ExpiringFact],
 ) -> int:
     """Save ``document`` without ``facts``: a merge-safe save, so a concurrent writer loses nothing."""
-    details = {fact.fact_id: fact.decay.detail("expired") for fact in facts}
+    details = {fact.fact_id: fact.detail() for fact in facts}
     stored = document.get("facts") or []
     document["facts"] = without_ids(stored, details.keys())
     saved = storage.save(document, agent_name, user_id=user_id, origin=LIFECYCLE_ORIGIN, removals=details)

@@ -103,7 +103,19 @@ def seed(url: str, canaries: list[Canary], agent: str | None = AGENT) -> None:
     for (tenant, owner), owned in by_owner.items():
         facts = []
         for index, canary in enumerate(owned):
-            fact: dict[str, Any] = {"id": f"fact_{index:08d}", "content": canary.text, "confidence": 0.9}
+            fact: dict[str, Any] = {
+                "id": f"fact_{index:08d}",
+                "content": canary.text,
+                "confidence": 0.9,
+                # The memory record carries the canary too: a read that leaks only a tag, the raw
+                # words or the structured form of a fact is a leak.
+                "tags": [canary.text],
+                "raw": f"the user said {canary.text}",
+                "structured": {"said": canary.text},
+                "importance": 0.9,
+            }
+            if index:
+                fact["relations"] = [{"type": "related_to", "target": "fact_00000000"}]
             if canary.visibility != "private":
                 fact["visibility"] = canary.visibility
             if canary.users:

@@ -21,6 +21,10 @@ def test_the_set_has_its_users_facts_queries_and_pairs() -> None:
     for user_id, fact in facts.values():
         assert bool(_CJK.search(fact["content"])) == (users[user_id]["language"] == "zh")
         assert 0 < fact["confidence"] <= 1 and fact["category"]
+        assert fact["importance"] in (0.3, 0.5, 0.7, 0.9)  # docs/performance.md: how they were labelled
+    levels = Counter(fact["importance"] for _, fact in facts.values())
+    assert levels == {0.3: 32, 0.5: 87, 0.7: 111, 0.9: 70}
+    assert all(fact["importance"] == 0.9 for _, fact in facts.values() if fact["category"] == "correction")
     queries = data["queries"]
     assert len({query["id"] for query in queries}) == len(queries) == 80
     assert Counter(query["language"] for query in queries) == {"en": 40, "zh": 40}
