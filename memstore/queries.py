@@ -11,6 +11,7 @@ from memstore.errors import QueryError
 from memstore.ops.queries import (
     count_facts,
     erase_user,
+    fact_relations,
     list_facts,
     list_scopes,
     memory_history,
@@ -20,18 +21,30 @@ from memstore.ops.queries import (
     vacuum,
     vacuum_counts,
 )
-from memstore.storage.records import ANY_AGENT, FactFilter, FactPage, FactRecord, HistoryEntry, MemoryStats
+from memstore.storage.records import (
+    ANY_AGENT,
+    FactFilter,
+    FactPage,
+    FactRecord,
+    FactRelations,
+    HistoryEntry,
+    MemoryStats,
+    Relation,
+)
 
 __all__ = [
     "ANY_AGENT",
     "FactFilter",
     "FactPage",
     "FactRecord",
+    "FactRelations",
     "HistoryEntry",
     "MemoryStats",
     "QueryError",
+    "Relation",
     "count_facts",
     "erase_user",
+    "fact_relations",
     "list_facts",
     "list_scopes",
     "memory_history",

@@ -1,4 +1,4 @@
-"""``memstore facts list|search``: facts across users and agents, filtered, paged."""
+"""``memstore facts list|search|show``: facts across users and agents, filtered, paged."""
 
 from __future__ import annotations
 
@@ -8,10 +8,20 @@ from typing import Any, cast
 
 import click
 
+from memstore.cli.fact_show import show_fact
 from memstore.cli.output import echo_json, echo_table, user_id_option
-from memstore.cli.params import FRACTION, OFFSET, PAGE_SIZE, TENANT_OPTION, agent_name_option, not_blank
+from memstore.cli.params import (
+    FRACTION,
+    OFFSET,
+    PAGE_SIZE,
+    TAG,
+    TENANT_OPTION,
+    agent_name_option,
+    not_blank,
+)
 from memstore.document import FACT_CATEGORIES, VISIBILITIES, as_utc
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
+from memstore.record import MEMORY_TYPES, SOURCE_KINDS
 from memstore.storage.records import FACT_ORDERS, SEARCH_MODES, AgentFilter, FactOrder, SearchMode, iso
 
 _DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
@@ -31,6 +41,14 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
             "--visibility", type=click.Choice(VISIBILITIES), help="Only private, shared or public facts."
         ),
         click.option(
+            "--type", "memory_type", type=click.Choice(MEMORY_TYPES), help="Only facts of this memory type."
+        ),
+        click.option("--tag", type=TAG, help="Only facts carrying this tag."),
+        click.option("--min-importance", type=FRACTION, help="Only facts at or above this importance."),
+        click.option(
+            "--source-kind", type=click.Choice(SOURCE_KINDS), help="Only facts of this source kind."
+        ),
+        click.option(
             "--since", type=click.DateTime(_DATE_FORMATS), help="Created at or after (UTC unless given)."
         ),
         click.option(
@@ -47,7 +65,7 @@ def filter_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.group()
 def facts() -> None:
-    """List or search facts across users and agents."""
+    """List, search or show facts across users and agents."""
 
 
 @facts.command("list")
@@ -63,7 +81,7 @@ def facts() -> None:
     "--retention",
     "show_retention",
     is_flag=True,
-    help="Show each fact's retention score, accesses and last confirmation (implied by --sort).",
+    help="Show each fact's retention and decay scores, accesses and last confirmation (implied by --sort).",
 )
 def list_command(
     limit: int,
@@ -119,6 +137,10 @@ def _filter(
     since: datetime | None,
     until: datetime | None,
     visibility: str | None,
+    memory_type: str | None,
+    tag: str | None,
+    min_importance: float | None,
+    source_kind: str | None,
 ) -> FactFilter:
     if no_agent and agent_name:
         raise click.UsageError("--agent and --no-agent exclude each other")
@@ -141,6 +163,10 @@ def _filter(
         created_after=since,
         created_before=until,
         visibility=visibility,
+        memory_type=memory_type,
+        tag=tag,
+        min_importance=min_importance,
+        source_kind=source_kind,
     )
 
 
@@ -150,7 +176,7 @@ def _print(page: FactPage, *, as_json: bool, retention: bool = False) -> None:
         return
     headers: tuple[str, ...] = ("USER", "AGENT", "ID", "CATEGORY", "CONF", "CREATED")
     if retention:
-        headers += ("SCORE", "ACCESSES", "LAST ACCESS", "CONFIRMED")
+        headers += ("SCORE", "DECAY", "ACCESSES", "LAST ACCESS", "CONFIRMED")
     rows = []
     for fact in page.facts:
         row: tuple[Any, ...] = (
@@ -164,6 +190,7 @@ def _print(page: FactPage, *, as_json: bool, retention: bool = False) -> None:
         if retention:
             row += (
                 f"{fact.score:.3f}" if fact.score is not None else "-",
+                f"{fact.decay:.3f}" if fact.decay is not None else "-",
                 fact.access_count,
                 (iso(fact.last_accessed_at) or "-")[:19],
                 (iso(fact.last_confirmed_at) or "-")[:19],
@@ -173,3 +200,6 @@ def _print(page: FactPage, *, as_json: bool, retention: bool = False) -> None:
     shown = f"{page.offset + 1}-{page.offset + len(page.facts)}" if page.facts else "none"
     note = " (substring matching: no full-text index served this query)"
     click.echo(f"showing {shown} of {page.total}{note if page.search_mode == 'substring' else ''}")
+
+
+facts.add_command(show_fact)

@@ -28,6 +28,7 @@ EXAMPLES = {
     "export": "memstore export backup/ --user alice",
     "facts list": "memstore facts list --user alice --category preference --limit 20",
     "facts search": "memstore facts search 'green tea' --user alice --mode fulltext",
+    "facts show": "memstore facts show fact_1a2b3c4d --user alice   # fields, scores, relations both ways",
     "history": "memstore history --user alice --fact fact_1a2b3c4d",
     "import": "memstore import deerflow-memory/ --dry-run",
     "lifecycle run": "memstore lifecycle run --dry-run --below 0.2",

@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from memstore.errors import InvalidScopeError
+from memstore.errors import InvalidFactError, InvalidScopeError
+from memstore.record import checked_tag
 from memstore.scope import normalize_agent_name, validate_roles, validate_tenant_id, validate_user_id
 from memstore.storage.records import MAX_PAGE_SIZE
 
@@ -30,7 +31,20 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+class TagType(click.ParamType[str]):
+    """A tag as ``memstore.record.checked_tag`` takes it (stripped; no comma, 1 to 64 characters)."""
+
+    name = "tag"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return checked_tag(value)
+        except InvalidFactError as exc:
+            self.fail(exc.message.partition(": ")[2], param, ctx)
+
+
 FRACTION = FiniteFloatRange(0, 1)
+TAG = TagType()
 PAGE_SIZE = click.IntRange(1, MAX_PAGE_SIZE)
 OFFSET = click.IntRange(0, MAX_OFFSET)
 

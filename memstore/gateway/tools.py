@@ -37,6 +37,7 @@ from memstore.ops.facts import (
     search_memory_facts,
     update_memory_fact,
 )
+from memstore.ops.record_fields import MemoryType, SourceKind
 from memstore.ops.validation import search_text
 from memstore.storage.records import SearchMode
 
@@ -115,6 +116,12 @@ def memory_add(
     visibility: Visibility = "private",
     allowed_users: list[str] | None = None,
     allowed_roles: list[str] | None = None,
+    memory_type: MemoryType | None = None,
+    importance: float | None = None,
+    tags: list[str] | None = None,
+    source_kind: SourceKind | None = None,
+    raw: str | None = None,
+    structured: dict[str, Any] | None = None,
     *,
     user_id: str | None = None,
     agent_name: str | None = None,
@@ -132,6 +139,14 @@ def memory_add(
             and public need the editor or admin role.
         allowed_users: With visibility shared: user ids that may read the fact.
         allowed_roles: With visibility shared: roles whose members may read the fact.
+        memory_type: episodic (an event), semantic (knowledge), procedural (how the user works),
+            preference or profile (who the user is); by default the category decides.
+        importance: How much the fact matters, from 0 to 1 (default 0.5), apart from confidence.
+        tags: Short labels (at most 16, each up to 64 characters, no commas).
+        source_kind: explicit_user_input (the user said it), implicit_inference (you inferred
+            it; the default), system_generated, external_data or corrected_memory.
+        raw: The user's own words the fact comes from (at most 4000 characters).
+        structured: The fact as a small JSON object, e.g. {"language": "Python"}.
     """
     owner = user_id or get_effective_user_id()
     try:
@@ -146,6 +161,12 @@ def memory_add(
             visibility=visibility,
             allowed_users=allowed_users,
             allowed_roles=allowed_roles,
+            memory_type=memory_type,
+            importance=importance,
+            tags=tags,
+            source_kind=source_kind,
+            raw=raw,
+            structured=structured,
         )
     except Exception as exc:
         return _error(exc, owner)
@@ -164,6 +185,12 @@ def memory_update(
     visibility: Visibility | None = None,
     allowed_users: list[str] | None = None,
     allowed_roles: list[str] | None = None,
+    memory_type: MemoryType | None = None,
+    importance: float | None = None,
+    tags: list[str] | None = None,
+    source_kind: SourceKind | None = None,
+    raw: str | None = None,
+    structured: dict[str, Any] | None = None,
     *,
     user_id: str | None = None,
     agent_name: str | None = None,
@@ -181,6 +208,12 @@ def memory_update(
             editor or admin role).
         allowed_users: With visibility shared: the user ids that may read the fact.
         allowed_roles: With visibility shared: the roles whose members may read the fact.
+        memory_type: New memory type: episodic, semantic, procedural, preference or profile.
+        importance: New importance, from 0 to 1.
+        tags: The fact's tags, replacing the current ones ([] removes them all).
+        source_kind: New source kind (corrected_memory when you fix what was remembered).
+        raw: The user's own words the fact comes from ("" removes them).
+        structured: The fact as a small JSON object ({} removes it).
     """
     owner = user_id or get_effective_user_id()
     try:
@@ -196,6 +229,12 @@ def memory_update(
             visibility=visibility,
             allowed_users=allowed_users,
             allowed_roles=allowed_roles,
+            memory_type=memory_type,
+            importance=importance,
+            tags=tags,
+            source_kind=source_kind,
+            raw=raw,
+            structured=structured,
         )
     except Exception as exc:
         return _error(exc, owner)

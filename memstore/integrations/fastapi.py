@@ -40,6 +40,7 @@ from memstore.integrations.fastapi_models import (
     Fact,
     FactCreateRequest,
     FactPatchRequest,
+    FactRelation,
     FactRetention,
     HistoryContext,
     MemoryConfigResponse,
@@ -70,6 +71,7 @@ __all__ = [
     "Fact",
     "FactCreateRequest",
     "FactPatchRequest",
+    "FactRelation",
     "FactRetention",
     "HistoryContext",
     "MemoryConfigResponse",
@@ -170,6 +172,18 @@ def _memory(document: MemoryDocument, caller: Caller) -> MemoryResponse:
 def _with_retention(facts: list[dict[str, Any]], caller: Caller) -> list[dict[str, Any]]:
     storage = get_memory_storage().for_identity(caller.tenant_id, caller.roles)
     return with_retention(facts, user_id=caller.user_id, storage=storage)
+
+
+def _record_fields(request: FactCreateRequest | FactPatchRequest) -> dict[str, Any]:
+    """The request's memory-record fields as the fact helpers take them (``None``: not given)."""
+    return {
+        "memory_type": request.memory_type,
+        "importance": request.importance,
+        "tags": request.tags,
+        "source_kind": request.source_kind,
+        "raw": request.raw,
+        "structured": request.structured,
+    }
 
 
 def _config() -> MemoryConfigResponse:
@@ -287,6 +301,7 @@ def create_memory_router(
                     visibility=request.visibility,
                     allowed_users=request.allowed_users,
                     allowed_roles=request.allowed_roles,
+                    **_record_fields(request),
                     **owner.scope,
                 ),
                 owner,
@@ -310,6 +325,7 @@ def create_memory_router(
                     visibility=request.visibility,
                     allowed_users=request.allowed_users,
                     allowed_roles=request.allowed_roles,
+                    **_record_fields(request),
                     **owner.scope,
                 ),
                 owner,

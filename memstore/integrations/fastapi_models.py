@@ -18,7 +18,9 @@ from memstore.document import (
     MAX_FACT_CHARS,
     MAX_SUMMARY_CHARS,
 )
+from memstore.ops.record_fields import MemoryType, SourceKind
 from memstore.ops.validation import MAX_GRANTS
+from memstore.record import MAX_RAW_CHARS, MAX_TAGS
 
 
 class ContextSection(BaseModel):
@@ -48,6 +50,17 @@ class FactRetention(BaseModel):
     lastAccessedAt: str | None = Field(default=None, description="last injected or returned by a search")
     accessCount: int = Field(default=0, description="times injected or returned by a search")
     score: float = Field(description="eviction score now: max_facts keeps the highest")
+    decay: float | None = Field(
+        default=None, description="decay score now: confidence x max(freshness, heat), importance-stretched"
+    )
+
+
+class FactRelation(BaseModel):
+    """This fact is ``type`` (related_to, supersedes, derived_from, contradicts) to fact ``target``
+    of the same memory."""
+
+    type: str
+    target: str
 
 
 class Fact(BaseModel):
@@ -60,6 +73,22 @@ class Fact(BaseModel):
     createdAt: str = ""
     source: str = "unknown"
     sourceError: str | None = None
+    # The memory record (docs/schema.md): present only when the fact sets a value other than the
+    # default, so a DeerFlow fact reads as before. Plain types: a response shows what is stored.
+    type: str | None = Field(
+        default=None,
+        description="episodic, semantic, procedural, preference or profile; default: the category's",
+    )
+    importance: float | None = Field(default=None, description="0 to 1; default 0.5")
+    tags: list[str] | None = Field(default=None, description="Default: none")
+    sourceKind: str | None = Field(
+        default=None,
+        description="explicit_user_input, implicit_inference (the default), system_generated, "
+        "external_data or corrected_memory",
+    )
+    raw: str | None = Field(default=None, description="The user's words the fact came from")
+    structured: dict[str, Any] | None = Field(default=None, description="The fact as a JSON object")
+    relations: list[FactRelation] | None = Field(default=None, description="Relations to other facts")
     retention: FactRetention | None = Field(
         default=None, description="Read-only: the fact's retention signals and eviction score"
     )
@@ -95,6 +124,15 @@ class ImportedFact(Fact):
     content: str = Field(max_length=MAX_FACT_CHARS)
     category: str = Field(default=DEFAULT_CATEGORY, max_length=MAX_CATEGORY_CHARS)
     sourceError: str | None = Field(default=None, max_length=MAX_FACT_CHARS)
+    # The record keys as sent (no coercion: "0.7" is not an importance), for the import's own
+    # check (ops.validation.check_document), whose 422 names the fact and the key.
+    type: Any = None
+    importance: Any = None
+    tags: Any = None
+    sourceKind: Any = None
+    raw: Any = None
+    structured: Any = None
+    relations: Any = None
     # Read-only: accepted (an export imports again) and dropped.
     retention: Any = Field(default=None, exclude=True)
 
@@ -125,10 +163,19 @@ class FactCreateRequest(BaseModel):
     allowed_roles: list[str] | None = Field(
         default=None, max_length=MAX_GRANTS, description="With visibility shared: roles that may read it"
     )
+    memory_type: MemoryType | None = Field(default=None, description="Default: the category's type")
+    importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0 to 1; default 0.5")
+    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS, description="Short labels")
+    source_kind: SourceKind | None = Field(default=None, description="Default: implicit_inference")
+    raw: str | None = Field(
+        default=None, max_length=MAX_RAW_CHARS, description="The user's words the fact came from"
+    )
+    structured: dict[str, Any] | None = Field(default=None, description="The fact as a JSON object")
 
 
 class FactPatchRequest(BaseModel):
-    """Omitted fields keep their stored value (grants are dropped when the fact stops being shared)."""
+    """Omitted fields keep their stored value (grants are dropped when the fact stops being shared);
+    ``tags: []``, ``raw: ""`` and ``structured: {}`` remove those fields."""
 
     content: str | None = Field(default=None, min_length=1, max_length=MAX_FACT_CHARS)
     category: str | None = Field(default=None, max_length=MAX_CATEGORY_CHARS)
@@ -136,6 +183,14 @@ class FactPatchRequest(BaseModel):
     visibility: Visibility | None = None
     allowed_users: list[str] | None = Field(default=None, max_length=MAX_GRANTS)
     allowed_roles: list[str] | None = Field(default=None, max_length=MAX_GRANTS)
+    memory_type: MemoryType | None = Field(default=None, description="Default: the category's type")
+    importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0 to 1; default 0.5")
+    tags: list[str] | None = Field(default=None, max_length=MAX_TAGS, description="Short labels")
+    source_kind: SourceKind | None = Field(default=None, description="Default: implicit_inference")
+    raw: str | None = Field(
+        default=None, max_length=MAX_RAW_CHARS, description="The user's words the fact came from"
+    )
+    structured: dict[str, Any] | None = Field(default=None, description="The fact as a JSON object")
 
 
 class MemoryConfigResponse(BaseModel):

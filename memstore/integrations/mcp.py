@@ -39,7 +39,9 @@ from memstore.integrations.identity import (
     user_from_header,
 )
 from memstore.ops.facts import Visibility
+from memstore.ops.record_fields import MemoryType, SourceKind
 from memstore.ops.validation import MAX_GRANTS
+from memstore.record import MAX_RAW_CHARS, MAX_TAGS
 from memstore.scope import Identity, normalize_agent_name
 from memstore.storage.records import SearchMode
 
@@ -51,7 +53,10 @@ CallerOf = Callable[[Context], Identity]
 # Checked before tool mode sees them, as the HTTP API checks its query: no "5", no true for 1.
 Limit = Annotated[int, Field(strict=True, ge=1, le=100)]
 Confidence = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
+"""A number from 0 to 1: a confidence, or an importance."""
 Grantees = Annotated[list[str], Field(max_length=MAX_GRANTS)]
+Tags = Annotated[list[str], Field(max_length=MAX_TAGS)]
+Raw = Annotated[str, Field(max_length=MAX_RAW_CHARS)]
 
 INSTRUCTIONS = (
     "Long-term memory about the user. Call memory_context with the user's message to get what is "
@@ -144,6 +149,12 @@ def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> M
         visibility: Visibility = "private",
         allowed_users: Grantees | None = None,
         allowed_roles: Grantees | None = None,
+        memory_type: MemoryType | None = None,
+        importance: Confidence | None = None,
+        tags: Tags | None = None,
+        source_kind: SourceKind | None = None,
+        raw: Raw | None = None,
+        structured: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         scope = _scope(identity(ctx))
         return _answer(
@@ -154,6 +165,12 @@ def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> M
                 visibility,
                 allowed_users,
                 allowed_roles,
+                memory_type,
+                importance,
+                tags,
+                source_kind,
+                raw,
+                structured,
                 agent_name=agent_name,
                 **scope,
             )
@@ -168,6 +185,12 @@ def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> M
         visibility: Visibility | None = None,
         allowed_users: Grantees | None = None,
         allowed_roles: Grantees | None = None,
+        memory_type: MemoryType | None = None,
+        importance: Confidence | None = None,
+        tags: Tags | None = None,
+        source_kind: SourceKind | None = None,
+        raw: Raw | None = None,
+        structured: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         scope = _scope(identity(ctx))
         return _answer(
@@ -179,6 +202,12 @@ def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> M
                 visibility,
                 allowed_users,
                 allowed_roles,
+                memory_type,
+                importance,
+                tags,
+                source_kind,
+                raw,
+                structured,
                 agent_name=agent_name,
                 **scope,
             )

@@ -19,6 +19,7 @@ from memstore.inject.relevance import (
     ranked_order,
     similarities,
 )
+from memstore.inject.rerank import rerank_order
 from memstore.ops.validation import search_text
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.base import MemoryStorage
@@ -147,7 +148,9 @@ def rank_by_meaning(
     storage: MemoryStorage, facts: list[Fact], query: str, mode: SearchMode, scope: Scope
 ) -> list[tuple[Fact, float]]:
     """One scope's ``facts`` with their scores, best first: cosine similarity to ``query``
-    (``semantic``) or the fused rank injection uses (``hybrid``, ``inject.relevance``).
+    (``semantic``) or the fused rank injection uses (``hybrid``, ``inject.relevance``, with the
+    scope's retention signals for the decay ranking), its top reranked when ``rerank`` is set
+    (``inject.rerank``; a failure keeps the fused order).
 
     Facts without a vector yet (saved by a host that does not embed, such as DeerMem, or before
     embeddings were configured) are embedded and stored first, in one call. Without embeddings
@@ -166,6 +169,11 @@ def rank_by_meaning(
     scores: list[float | None]
     if mode == "semantic":
         scores = similarities(facts, vector, vectors)
-    else:
-        scores = list(fused_scores(facts, query, vector, vectors, RelevanceWeights.of(config)))
-    return [(facts[i], scores[i] or 0.0) for i in ranked_order(scores)]
+        return [(facts[i], scores[i] or 0.0) for i in ranked_order(scores)]
+    weights = RelevanceWeights.of(config)
+    user_id, agent_name = scope
+    signals = storage.fact_signals(agent_name, user_id=user_id) if weights.decay > 0 else None
+    scores = list(fused_scores(facts, query, vector, vectors, weights, signals=signals))
+    ranked = ranked_order(scores)
+    order = rerank_order(query, [facts[i]["content"] for i in ranked], config)
+    return [(facts[ranked[i]], scores[ranked[i]] or 0.0) for i in order]

@@ -21,8 +21,8 @@ own save is answered from the cache after one revision check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from memstore.config import get_memory_config
 from memstore.document import (
@@ -41,7 +41,9 @@ from memstore.errors import (
     SimilarFactError,
     StorageWriteError,
 )
+from memstore.ops.fact_access import Visibility, is_private, new_access, owner_of, without_private
 from memstore.ops.fact_search import facts_of, rank_by_meaning, search_memory_facts, storage_for
+from memstore.ops.record_fields import RecordFields
 from memstore.ops.validation import (
     ACCESS_KEYS,
     access_of,
@@ -53,13 +55,14 @@ from memstore.ops.validation import (
     fact_confidence,
     fact_content,
 )
-from memstore.scope import ADMIN_ROLE, resolve_scope, validate_roles, validate_user_id
+from memstore.scope import resolve_scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.vectors import semantic_parts
 from memstore.update.apply import evict_to_cap
 from memstore.update.similarity import most_similar
 
 __all__ = [
+    "Visibility",
     "clear_memory_data",
     "create_memory_fact",
     "create_memory_fact_with_created_fact",
@@ -72,7 +75,6 @@ __all__ = [
     "update_memory_fact",
 ]
 
-Visibility = Literal["private", "shared", "public"]
 Fact = dict[str, Any]
 
 MANUAL_SOURCE = "manual"
@@ -153,6 +155,12 @@ def create_memory_fact_with_created_fact(
     visibility: Visibility = "private",
     allowed_users: Iterable[str] | None = None,
     allowed_roles: Iterable[str] | None = None,
+    memory_type: str | None = None,
+    importance: float | None = None,
+    tags: Iterable[str] | None = None,
+    source_kind: str | None = None,
+    raw: str | None = None,
+    structured: Mapping[str, Any] | None = None,
 ) -> tuple[MemoryDocument, Fact]:
     """Add a manual fact; returns the stored document and the fact that was built.
 
@@ -160,10 +168,20 @@ def create_memory_fact_with_created_fact(
     higher-confidence facts; the caller can tell by looking for its id. A concurrent writer that
     stored the same content first makes this a ``DuplicateFactError`` too. A ``shared`` or
     ``public`` fact needs ``roles`` to hold ``editor`` or ``admin`` (``AccessDeniedError``).
+    The record fields (``memory_type`` ... ``structured``) are checked and stored as
+    ``ops.record_fields`` says; left out, the fact has none (no ``sourceKind`` either).
     """
     text = fact_content(content)
     category = fact_category(category)
     confidence = fact_confidence(confidence)
+    record = RecordFields.of(
+        memory_type=memory_type,
+        importance=importance,
+        tags=tags,
+        source_kind=source_kind,
+        raw=raw,
+        structured=structured,
+    )
     access = fact_access(visibility, allowed_users, allowed_roles)
     check_may_share(access, roles)
     storage = storage_for(tenant_id, roles)
@@ -182,15 +200,17 @@ def create_memory_fact_with_created_fact(
             raise SimilarFactError(similar.fact_id, similar.similarity, config.dedup_similarity)
     taken_ids = {fact.get("id") for fact in facts}
     fact_id = new_fact_id(taken_ids)
-    created: Fact = {
-        "id": fact_id,
-        "content": text,
-        "category": category,
-        "confidence": confidence,
-        "createdAt": utc_now_iso_z(),
-        "source": MANUAL_SOURCE,
-        **access,
-    }
+    created: Fact = record.applied_to(
+        {
+            "id": fact_id,
+            "content": text,
+            "category": category,
+            "confidence": confidence,
+            "createdAt": utc_now_iso_z(),
+            "source": MANUAL_SOURCE,
+            **access,
+        }
+    )
     updated = dict(memory)
     over_cap = len(facts) >= config.max_facts
     signals = storage.fact_signals(agent_name, user_id=user_id) if over_cap else {}
@@ -216,6 +236,12 @@ def create_memory_fact(
     visibility: Visibility = "private",
     allowed_users: Iterable[str] | None = None,
     allowed_roles: Iterable[str] | None = None,
+    memory_type: str | None = None,
+    importance: float | None = None,
+    tags: Iterable[str] | None = None,
+    source_kind: str | None = None,
+    raw: str | None = None,
+    structured: Mapping[str, Any] | None = None,
 ) -> MemoryDocument:
     """Add a manual fact and return the saved document."""
     memory, _ = create_memory_fact_with_created_fact(
@@ -229,6 +255,12 @@ def create_memory_fact(
         visibility=visibility,
         allowed_users=allowed_users,
         allowed_roles=allowed_roles,
+        memory_type=memory_type,
+        importance=importance,
+        tags=tags,
+        source_kind=source_kind,
+        raw=raw,
+        structured=structured,
     )
     return memory
 
@@ -247,28 +279,43 @@ def update_memory_fact(
     allowed_users: Iterable[str] | None = None,
     allowed_roles: Iterable[str] | None = None,
     owner_id: str | None = None,
+    memory_type: str | None = None,
+    importance: float | None = None,
+    tags: Iterable[str] | None = None,
+    source_kind: str | None = None,
+    raw: str | None = None,
+    structured: Mapping[str, Any] | None = None,
 ) -> MemoryDocument:
     """Change the given fields of one fact; every other field (createdAt, source, ...) is kept.
 
     Returns the stored document. A fact deleted by another writer meanwhile is a
     ``FactNotFoundError``; one changed by another writer first is a ``FactEditConflictError``
     (or a ``DuplicateFactError`` when that writer took the new content). ``visibility`` and the
-    grant lists change who else reads the fact (``_new_access``); making it, or keeping it,
+    grant lists change who else reads the fact (``new_access``); making it, or keeping it,
     shared or public that way needs ``editor`` or ``admin``. ``owner_id`` names another user whose
-    shared or public fact the tenant's ``admin`` edits (``_owner_of``); the admin may not make it
-    private.
+    shared or public fact the tenant's ``admin`` edits (``owner_of``); the admin may not make it
+    private. The record fields (``memory_type`` ... ``structured``) change as ``ops.record_fields``
+    says: set to its default, a field's key goes.
     """
-    owner, as_admin = _owner_of(user_id, owner_id, roles)
+    record = RecordFields.of(
+        memory_type=memory_type,
+        importance=importance,
+        tags=tags,
+        source_kind=source_kind,
+        raw=raw,
+        structured=structured,
+    )
+    owner, as_admin = owner_of(user_id, owner_id, roles)
     storage = storage_for(tenant_id, roles)
     memory = storage.load(agent_name, user_id=owner)
     facts = facts_of(memory)
     index = next((i for i, fact in enumerate(facts) if fact.get("id") == fact_id), None)
-    if index is None or (as_admin and _is_private(facts[index])):
+    if index is None or (as_admin and is_private(facts[index])):
         raise FactNotFoundError(fact_id)
     if as_admin and visibility == "private":
         raise AccessDeniedError("only its owner may make a fact private")
     # An admin compares with what it may read, or a refused duplicate would tell it a private text.
-    comparable = [fact for fact in facts if not (as_admin and _is_private(fact))]
+    comparable = [fact for fact in facts if not (as_admin and is_private(fact))]
     given: Fact = {}
     if content is not None:
         given["content"] = fact_content(content)
@@ -278,48 +325,25 @@ def update_memory_fact(
     if confidence is not None:
         given["confidence"] = fact_confidence(confidence)
     current = facts[index]
-    access = _new_access(current, visibility, allowed_users, allowed_roles, roles)
+    access = new_access(current, visibility, allowed_users, allowed_roles, roles)
     changed = {key: value for key, value in current.items() if access is None or key not in ACCESS_KEYS}
     updated = dict(memory)
-    updated["facts"] = [*facts[:index], {**changed, **given, **(access or {})}, *facts[index + 1 :]]
+    edited = record.applied_to({**changed, **given, **(access or {})})
+    updated["facts"] = [*facts[:index], edited, *facts[index + 1 :]]
     stored = _save(storage, updated, agent_name, owner, "Failed to save memory after updating a fact")
     held = _fact_by_id(stored, fact_id)
     if held is None:
         raise FactNotFoundError(fact_id)
-    if any(held.get(key) != value for key, value in given.items()) or (
-        access is not None and access_of(held) != access
+    if (
+        any(held.get(key) != value for key, value in given.items())
+        or not record.held_by(held)
+        or (access is not None and access_of(held) != access)
     ):
         if "content" in given:
-            readable = [fact for fact in facts_of(stored) if not (as_admin and _is_private(fact))]
+            readable = [fact for fact in facts_of(stored) if not (as_admin and is_private(fact))]
             _refuse_duplicate(readable, given["content"], ignore_id=fact_id)
         raise FactEditConflictError(fact_id)
-    return _without_private(stored) if as_admin else stored
-
-
-def _new_access(
-    current: Fact,
-    visibility: Visibility | None,
-    allowed_users: Iterable[str] | None,
-    allowed_roles: Iterable[str] | None,
-    roles: Iterable[str] | None,
-) -> dict[str, Any] | None:
-    """The fact's access keys after the edit, or ``None`` when the edit leaves them alone.
-
-    An omitted ``visibility`` keeps the current one; an omitted grant list keeps the current grants
-    while the fact stays shared and drops them when it does not (grants exist only on shared facts).
-    """
-    if visibility is None and allowed_users is None and allowed_roles is None:
-        return None
-    held = access_of(current)
-    target = visibility if visibility is not None else held.get("visibility", "private")
-    keep = target == "shared"
-    access = fact_access(
-        target,
-        allowed_users if allowed_users is not None else (held.get("allowedUsers") if keep else None),
-        allowed_roles if allowed_roles is not None else (held.get("allowedRoles") if keep else None),
-    )
-    check_may_share(access, roles)
-    return access
+    return without_private(stored) if as_admin else stored
 
 
 def delete_memory_fact(
@@ -333,40 +357,17 @@ def delete_memory_fact(
 ) -> MemoryDocument:
     """Remove one of the scope's facts; its owner may, whatever its visibility, and the tenant's
     ``admin`` may remove another user's (``owner_id``) shared or public fact."""
-    owner, as_admin = _owner_of(user_id, owner_id, roles)
+    owner, as_admin = owner_of(user_id, owner_id, roles)
     storage = storage_for(tenant_id, roles)
     memory = storage.load(agent_name, user_id=owner)
     facts = facts_of(memory)
-    kept = [fact for fact in facts if fact.get("id") != fact_id or (as_admin and _is_private(fact))]
+    kept = [fact for fact in facts if fact.get("id") != fact_id or (as_admin and is_private(fact))]
     if len(kept) == len(facts):
         raise FactNotFoundError(fact_id)
     updated = dict(memory)
     updated["facts"] = kept
     stored = _save(storage, updated, agent_name, owner, "Failed to save memory after deleting a fact")
-    return _without_private(stored) if as_admin else stored
-
-
-def _without_private(memory: MemoryDocument) -> MemoryDocument:
-    """What an admin editing another user's fact gets back: the owner's shared and public facts
-    only, never its private facts or summaries."""
-    return {"facts": [fact for fact in facts_of(memory) if not _is_private(fact)]}
-
-
-def _is_private(fact: Fact) -> bool:
-    return bool(access_of(fact).get("visibility", "private") == "private")
-
-
-def _owner_of(
-    user_id: str | None, owner_id: str | None, roles: Iterable[str] | None
-) -> tuple[str | None, bool]:
-    """Whose scope an edit writes, and whether it is the tenant's ``admin`` acting on another
-    user's fact. Only ``admin`` may name another owner, and then only a shared or public fact is
-    found: another user's private fact stays unseen, as if it did not exist."""
-    if owner_id is None or owner_id == user_id:
-        return user_id, False
-    if ADMIN_ROLE not in validate_roles(roles):
-        raise AccessDeniedError("only a fact's owner or the tenant's admin may edit or delete it")
-    return validate_user_id(owner_id), True
+    return without_private(stored) if as_admin else stored
 
 
 def _refuse_duplicate(facts: list[Fact], content: str, *, ignore_id: object) -> None:

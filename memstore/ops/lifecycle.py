@@ -126,7 +126,7 @@ def with_retention(
 ) -> list[dict[str, Any]]:
     """Copies of a scope's ``facts``, each with a read-only ``retention`` object, for display.
 
-    It holds the retention signals and the eviction score now. The file provider keeps no
+    It holds the retention signals, the eviction score and the decay score now. The file provider keeps no
     signals: its facts show no accesses and a score from confidence and age alone.
     """
     store = storage if storage is not None else get_memory_storage()
@@ -142,6 +142,7 @@ def with_retention(
             "lastAccessedAt": _iso(signal.last_accessed_at),
             "accessCount": signal.access_count,
             "score": round(score.value, 6),
+            "decay": round(policy.decay(candidate, now).value, 6),
         }
         shown.append({**fact, "retention": retention})
     return shown

@@ -26,7 +26,9 @@ from memstore.inject.relevance import (
     bm25_scores,
     fuse_rankings,
     ranked_order,
+    standing_scores,
 )
+from memstore.inject.rerank import rerank_order
 from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, validate_user_id
 from memstore.storage.base import MemoryStorage
@@ -41,6 +43,7 @@ from memstore.storage.records import (
     FactOrder,
     FactPage,
     FactRecord,
+    FactRelations,
     HistoryEntry,
     MemoryStats,
     SearchMode,
@@ -145,7 +148,7 @@ def search_facts(
         pool = min(MAX_PAGE_SIZE, max(HYBRID_POOL, 2 * (offset + limit)))
         nearest = store.nearest_facts(where, vector, model=embedder.model, limit=pool, offset=0)
         matched = operations.query_facts(where, search=query, limit=pool, offset=0)
-        page = _fused_page(query, nearest, matched, RelevanceWeights.of(config), limit, offset)
+        page = _fused_page(query, nearest, matched, config, limit, offset)
     return replace(page, facts=with_scores(page.facts, RetentionPolicy.of(config), datetime.now(UTC)))
 
 
@@ -159,14 +162,18 @@ def _semantic(config: MemoryConfig, storage: MemoryStorage) -> tuple[Embedder, V
 
 
 def _fused_page(
-    query: str, nearest: FactPage, matched: FactPage, weights: RelevanceWeights, limit: int, offset: int
+    query: str, nearest: FactPage, matched: FactPage, config: MemoryConfig, limit: int, offset: int
 ) -> FactPage:
-    """Fuse the semantic and full-text candidates by rank (``inject.relevance``).
+    """Fuse the semantic and full-text candidates by rank (``inject.relevance``), then rerank the top.
 
     The full-text ranking is BM25 over the pooled candidates' text (words, CJK bigrams), so a fact
     sharing some of the query's words ranks even when the index, which needs every word, did not
-    return it; confidence and recency rank the same pool. The page's ``total`` is the pool's size.
+    return it; confidence, recency, importance and decay rank the same pool. With ``rerank`` set,
+    the top ``rerank_top_n`` of the pool are reordered (``inject.rerank``; a failure keeps the
+    fused order), so a reranked fact's ``rank`` may be lower than the one after it. The page's
+    ``total`` is the pool's size.
     """
+    weights = RelevanceWeights.of(config)
     records: dict[tuple[str | None, str | None, str], FactRecord] = {}
     for record in [*nearest.facts, *matched.facts]:
         records.setdefault((record.user_id, record.agent_name, record.fact_id), record)
@@ -182,7 +189,10 @@ def _fused_page(
         ],
         weights.k,
     )
-    ranked = sorted(keys, key=lambda key: -fused.get(key, 0.0))
+    standing = standing_scores([records[key].candidate() for key in keys], weights, datetime.now(UTC))
+    fused = {key: fused.get(key, 0.0) + standing[i] for i, key in enumerate(keys)}
+    ranked = sorted(keys, key=lambda key: -fused[key])
+    ranked = [ranked[i] for i in rerank_order(query, [records[key].content for key in ranked], config)]
     shown = ranked[offset : offset + limit]
     page = [replace(records[key], rank=round(fused.get(key, 0.0), 6)) for key in shown]
     mode = f"hybrid:{nearest.search_mode.partition(':')[2]}+{matched.search_mode}"
@@ -227,6 +237,23 @@ def memory_history(
     return operations_of(storage, tenant_id=tenant_id, roles=roles).history(
         where, fact_id=fact_id, limit=limit
     )
+
+
+def fact_relations(
+    fact_id: str,
+    agent_name: str | None = None,
+    *,
+    user_id: str | None = None,
+    storage: MemoryStorage | None = None,
+    tenant_id: str | None = None,
+    roles: Iterable[str] | None = None,
+) -> FactRelations:
+    """The relations from and to one fact of the scope (its own scope's only): ``outgoing`` says
+    what this fact is to others (it ``supersedes`` them, ...), ``incoming`` what others are to it."""
+    if not isinstance(fact_id, str) or not fact_id:
+        raise QueryError("a fact id is needed")
+    operations = operations_of(storage, tenant_id=tenant_id, roles=roles)
+    return operations.fact_relations(fact_id, agent_name, user_id=validate_user_id(user_id))
 
 
 def erase_user(

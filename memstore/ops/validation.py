@@ -31,6 +31,7 @@ from memstore.errors import (
     InvalidScopeError,
     QueryError,
 )
+from memstore.record import checked_record_fields
 from memstore.scope import ADMIN_ROLE, EDITOR_ROLE, validate_roles, validate_user_id
 
 MAX_GRANTS = 100
@@ -171,8 +172,10 @@ def search_text(name: str, text: str, max_chars: int) -> str:
 def check_document(document: Mapping[str, Any]) -> None:
     """Raise ``InvalidDocumentError`` when an imported document breaks a cap or holds unstorable values.
 
-    Only the caps are checked here; the shape is the provider's business (the file provider keeps
-    documents other tools wrote, the SQL provider refuses what it cannot map to rows).
+    Only the caps and the memory-record keys (``memstore.record.checked_record_fields``: type,
+    importance, tags, sourceKind, raw, structured, relations) are checked here; the rest of the
+    shape is the provider's business (the file provider keeps documents other tools wrote, the
+    SQL provider refuses what it cannot map to rows).
     """
     facts = document.get("facts")
     if isinstance(facts, list):
@@ -191,6 +194,11 @@ def check_document(document: Mapping[str, Any]) -> None:
                     raise InvalidDocumentError(
                         f"fact {index}: {key} is {len(value)} characters, over the {cap} accepted"
                     )
+            if isinstance(fact, dict):
+                try:
+                    checked_record_fields(fact)
+                except InvalidFactError as exc:
+                    raise InvalidDocumentError(f"fact {index}: {exc}") from exc
     for group, names in SECTION_GROUPS.items():
         sections = document.get(group)
         if not isinstance(sections, dict):

@@ -10,7 +10,14 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from memstore.scope import Scope
-from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
+from memstore.storage.records import (
+    FactFilter,
+    FactOrder,
+    FactPage,
+    FactRelations,
+    HistoryEntry,
+    MemoryStats,
+)
 
 
 @runtime_checkable
@@ -27,6 +34,11 @@ class StorageOperations(Protocol):
 
     def history(self, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
         """The newest ``limit`` audit rows of the scopes ``where`` selects, oldest first."""
+
+    def fact_relations(
+        self, fact_id: str, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> FactRelations:
+        """The relations from and to fact ``fact_id`` of the scope (``memstore.record.RELATION_KINDS``)."""
 
     def erase_user(self, user_id: str) -> dict[str, int]:
         """Remove everything stored for ``user_id``; returns what was removed, per table or kind."""

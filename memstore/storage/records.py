@@ -13,7 +13,15 @@ from datetime import datetime
 from typing import Any, Literal
 
 from memstore.document import VISIBILITIES, as_utc, format_timestamp
-from memstore.errors import QueryError
+from memstore.errors import InvalidFactError, QueryError
+from memstore.record import (
+    DEFAULT_IMPORTANCE,
+    DEFAULT_SOURCE_KIND,
+    FALLBACK_TYPE,
+    MEMORY_TYPES,
+    SOURCE_KINDS,
+    checked_tag,
+)
 from memstore.retention import Candidate, FactSignals, RetentionPolicy
 from memstore.scope import Scope, normalize_agent_name, validate_user_id
 
@@ -55,6 +63,15 @@ class FactFilter:
     created_before: datetime | None = None
     visibility: str | None = None
     """``private``, ``shared`` or ``public``: only facts with that visibility."""
+    memory_type: str | None = None
+    """Only facts of this record type (``memstore.record.MEMORY_TYPES``)."""
+    tag: str | None = None
+    """Only facts carrying this tag (exactly, after stripping)."""
+    min_importance: float | None = None
+    source_kind: str | None = None
+    """Only facts of this source kind (``memstore.record.SOURCE_KINDS``)."""
+    fact_id: str | None = None
+    """Only the fact with this id (one per scope: the same id may exist in several scopes)."""
 
     def __post_init__(self) -> None:
         validate_user_id(self.user_id)
@@ -62,11 +79,23 @@ class FactFilter:
             raise QueryError(f"visibility must be one of {', '.join(VISIBILITIES)}, got {self.visibility!r}")
         if isinstance(self.agent_name, str):
             object.__setattr__(self, "agent_name", normalize_agent_name(self.agent_name))
-        confidence = self.min_confidence
-        if confidence is not None and not (
-            isinstance(confidence, int | float) and math.isfinite(confidence) and 0 <= confidence <= 1
-        ):
-            raise QueryError(f"min_confidence must be between 0 and 1, got {confidence!r}")
+        _check_fraction("min_confidence", self.min_confidence)
+        _check_fraction("min_importance", self.min_importance)
+        if self.memory_type is not None and self.memory_type not in MEMORY_TYPES:
+            raise QueryError(
+                f"memory_type must be one of {', '.join(MEMORY_TYPES)}, got {self.memory_type!r}"
+            )
+        if self.source_kind is not None and self.source_kind not in SOURCE_KINDS:
+            raise QueryError(
+                f"source_kind must be one of {', '.join(SOURCE_KINDS)}, got {self.source_kind!r}"
+            )
+        if self.fact_id is not None and not (isinstance(self.fact_id, str) and 0 < len(self.fact_id) <= 64):
+            raise QueryError("fact_id must be an id of 1 to 64 characters")
+        if self.tag is not None:
+            try:
+                object.__setattr__(self, "tag", checked_tag(self.tag))
+            except InvalidFactError as exc:
+                raise QueryError(f"tag: {exc.message.partition(': ')[2]}") from None
         # Normalised to UTC here, at the boundary: SQLite stores UTC stamps without an offset and
         # compares them as text, so an instant given with +08:00 must be converted, not relabelled.
         for name in ("created_after", "created_before"):
@@ -81,6 +110,16 @@ class FactFilter:
         return self.agent_name is ANY_AGENT or agent_name == self.agent_name
 
 
+def _check_fraction(name: str, value: object) -> None:
+    if value is not None and not (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value <= 1
+    ):
+        raise QueryError(f"{name} must be between 0 and 1, got {value!r}")
+
+
 def check_paging(limit: int, offset: int) -> None:
     if not 1 <= limit <= MAX_PAGE_SIZE:
         raise QueryError(f"limit must be between 1 and {MAX_PAGE_SIZE}, got {limit}")
@@ -93,7 +132,10 @@ class FactRecord:
     """One live fact with the scope it belongs to; ``rank`` is set by full-text search (higher is better).
 
     The retention signals are read-only: ``score`` is the eviction score under the configured
-    policy at query time (``memstore.retention``), which ``max_facts`` keeps the highest of.
+    policy at query time (``memstore.retention``), which ``max_facts`` keeps the highest of, and
+    ``decay`` the decay score at the same time. The record fields (``memstore.record``) read as
+    their defaults for a fact that sets none; ``version`` counts the fact's changes where the
+    provider keeps them (SQL), and is 1 elsewhere.
     """
 
     user_id: str | None
@@ -111,23 +153,37 @@ class FactRecord:
     score: float | None = None
     visibility: str = "private"
     """``private`` (the user's own), ``shared`` or ``public``: who else in the tenant reads it."""
+    memory_type: str = FALLBACK_TYPE
+    importance: float = DEFAULT_IMPORTANCE
+    tags: tuple[str, ...] = ()
+    source_kind: str = DEFAULT_SOURCE_KIND
+    raw: str | None = None
+    structured: dict[str, Any] | None = None
+    version: int = 1
+    decay: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         for name in ("created_at", "last_confirmed_at", "last_accessed_at"):
             data[name] = iso(getattr(self, name))
+        data["tags"] = list(self.tags)
         return data
 
     def candidate(self) -> Candidate:
         signals = FactSignals(self.last_confirmed_at, self.last_accessed_at, self.access_count)
-        return Candidate(self.fact_id, self.category, self.confidence, self.created_at, signals)
+        return Candidate(
+            self.fact_id, self.category, self.confidence, self.created_at, signals, self.importance
+        )
 
 
 def with_scores(records: list[FactRecord], policy: RetentionPolicy, now: datetime) -> list[FactRecord]:
-    """``records`` with ``score`` filled in, in the same order."""
-    return [
-        replace(record, score=round(policy.score(record.candidate(), now).value, 6)) for record in records
-    ]
+    """``records`` with ``score`` and ``decay`` filled in, in the same order."""
+    scored = []
+    for record in records:
+        candidate = record.candidate()
+        score, decay = policy.score(candidate, now).value, policy.decay(candidate, now).value
+        scored.append(replace(record, score=round(score, 6), decay=round(decay, 6)))
+    return scored
 
 
 def by_score(records: list[FactRecord], policy: RetentionPolicy, now: datetime) -> list[FactRecord]:
@@ -198,11 +254,40 @@ class HistoryEntry:
     after: dict[str, Any] | None
     detail: dict[str, Any] | None = None
     """Why a fact was deleted, when known: ``{"reason": "evicted", "score": ...}`` and the like."""
+    version: int | None = None
+    """The fact's version after this change (``None`` for sections and rows older than versions)."""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["changed_at"] = iso(self.changed_at)
         return data
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One end of a relation as seen from a fact: its kind and the fact at the other end."""
+
+    kind: str
+    fact_id: str
+    live: bool = True
+    """Whether the fact at the other end is live (a superseded fact is usually deleted)."""
+
+
+@dataclass(frozen=True)
+class FactRelations:
+    """A fact's relations both ways, within its scope: ``outgoing`` (this fact ``kind`` the
+    other, e.g. it ``supersedes`` it) and ``incoming`` (the other fact ``kind`` this one)."""
+
+    fact_id: str
+    outgoing: list[Relation] = field(default_factory=list)
+    incoming: list[Relation] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fact_id": self.fact_id,
+            "outgoing": [{"kind": r.kind, "target": r.fact_id, "live": r.live} for r in self.outgoing],
+            "incoming": [{"kind": r.kind, "source": r.fact_id, "live": r.live} for r in self.incoming],
+        }
 
 
 def iso(value: datetime | None) -> str | None:

@@ -23,6 +23,8 @@ from memstore.config import MemoryConfig
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.inject.rerank import rerank_order
 from memstore.ops.embeddings import embed_facts
+from memstore.ops.facts import search_memory_facts
+from memstore.queries import FactFilter, search_facts
 from memstore.storage.sql import SqlMemoryStorage
 from tests.support.openai_server import OpenAIStubServer, ScriptedError
 from tests.support.rerank_server import RerankStubServer, RunningRerankServer
@@ -274,3 +276,28 @@ def test_the_evaluation_script_reports_the_rerank_rows(
     } <= labels
     assert all(0 <= value <= 1 for values in rows.values() for value in values)
     assert reranker.requests and openai_server.requests  # both rerankers were asked
+
+
+def test_both_searches_rerank_their_top_and_fall_back_to_the_fused_order(
+    stored: SqlMemoryStorage,
+    isolated_config: MemoryConfig,
+    reranker: RerankStubServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def operator(query: str) -> list[str]:
+        page = search_facts(query, FactFilter(user_id="alice"), mode="hybrid", limit=4)
+        return [fact.content for fact in page.facts]
+
+    def own(query: str) -> list[str]:
+        return [fact["content"] for fact in search_memory_facts(query, mode="hybrid", user_id="alice")]
+
+    fused = operator(QUERY)
+    assert fused[0] == "User drinks green tea every morning" and own(QUERY)[0] == fused[0]
+    _endpoint(isolated_config, reranker)
+    reranker.score = _prefers("Berlin")
+    assert operator(QUERY)[0] == own(QUERY)[0] == "User lives in Berlin"
+    assert len(reranker.requests) == 2
+    reranker.status = 503
+    with caplog.at_level(logging.WARNING, logger="memstore.inject.rerank"):
+        assert operator(QUERY) == fused
+    assert "rerank (endpoint) failed; the fused order stands: HTTP 503" in caplog.text

@@ -10,16 +10,35 @@ from __future__ import annotations
 import logging
 import shutil
 from abc import abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from memstore.config import get_memory_config
 from memstore.document import DEFAULT_CATEGORY, VISIBILITIES, coerce_confidence, parse_timestamp
-from memstore.errors import MemstoreError
+from memstore.errors import InvalidFactError, MemstoreError
+from memstore.record import (
+    DEFAULT_IMPORTANCE,
+    DEFAULT_SOURCE_KIND,
+    IMPORTANCE_KEY,
+    RAW_KEY,
+    RELATION_KINDS,
+    RELATIONS_KEY,
+    SOURCE_KIND_KEY,
+    STRUCTURED_KEY,
+    TAGS_KEY,
+    TYPE_KEY,
+    checked_importance,
+    checked_raw,
+    checked_source_kind,
+    checked_structured,
+    checked_tags,
+    checked_type,
+    default_type,
+)
 from memstore.retention import RetentionPolicy
-from memstore.scope import Scope, validate_user_id
+from memstore.scope import Scope, resolve_scope, validate_user_id
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file.layout import discover_tree
 from memstore.storage.records import (
@@ -27,14 +46,19 @@ from memstore.storage.records import (
     FactOrder,
     FactPage,
     FactRecord,
+    FactRelations,
     HistoryEntry,
     MemoryStats,
+    Relation,
     by_score,
     with_scores,
 )
 from memstore.storage.search_text import substring_terms
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+D = TypeVar("D")
 
 
 class FileOperations(MemoryStorage):
@@ -91,6 +115,25 @@ class FileOperations(MemoryStorage):
     def history(self, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
         raise MemstoreError("the file provider keeps no audit history; use the SQL provider (the default)")
 
+    def fact_relations(
+        self, fact_id: str, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> FactRelations:
+        """From the scope's document: the fact's ``relations`` key, and the other facts' naming it."""
+        user, agent = resolve_scope(agent_name, user_id)
+        facts = self.load(agent, user_id=user).get("facts")
+        facts = [fact for fact in facts if isinstance(fact, dict)] if isinstance(facts, list) else []
+        ids = {fact.get("id") for fact in facts}
+        found = FactRelations(fact_id)
+        for fact in facts:
+            for kind, target in _relations_of(fact):
+                if fact.get("id") == fact_id:
+                    found.outgoing.append(Relation(kind, target, live=target in ids))
+                if target == fact_id and isinstance(source := fact.get("id"), str):
+                    found.incoming.append(Relation(kind, source))
+        found.outgoing.sort(key=lambda relation: (relation.kind, relation.fact_id))
+        found.incoming.sort(key=lambda relation: (relation.kind, relation.fact_id))
+        return found
+
     def erase_user(self, user_id: str) -> dict[str, int]:
         validate_user_id(user_id)
         user_dir = self._root / "users" / user_id
@@ -126,17 +169,44 @@ class FileOperations(MemoryStorage):
 
 
 def _record(user_id: str | None, agent_name: str | None, fact: dict[str, Any]) -> FactRecord:
+    category = str(fact.get("category") or DEFAULT_CATEGORY)
     return FactRecord(
         user_id=user_id,
         agent_name=agent_name,
         fact_id=str(fact.get("id", "")),
         content=fact["content"],
-        category=str(fact.get("category") or DEFAULT_CATEGORY),
+        category=category,
         confidence=coerce_confidence(fact.get("confidence")),
         created_at=parse_timestamp(fact.get("createdAt")),
         source=fact.get("source") if isinstance(fact.get("source"), str) else None,
         visibility=fact["visibility"] if fact.get("visibility") in VISIBILITIES else "private",
+        memory_type=_field(fact, TYPE_KEY, checked_type, default_type(category)),
+        importance=_field(fact, IMPORTANCE_KEY, checked_importance, DEFAULT_IMPORTANCE),
+        tags=tuple(sorted(_field(fact, TAGS_KEY, checked_tags, []))),
+        source_kind=_field(fact, SOURCE_KIND_KEY, checked_source_kind, DEFAULT_SOURCE_KIND),
+        raw=_field(fact, RAW_KEY, checked_raw, None),
+        structured=_field(fact, STRUCTURED_KEY, checked_structured, None),
     )
+
+
+def _field(fact: dict[str, Any], key: str, check: Callable[[object], T], default: D) -> T | D:
+    """A record key as its check passes it; absent or unusable (a file another tool wrote), the default."""
+    if key not in fact:
+        return default
+    try:
+        return check(fact[key])
+    except InvalidFactError:
+        return default
+
+
+def _relations_of(fact: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """The well-formed ``relations`` entries of a document fact (others are skipped, as on load)."""
+    relations = fact.get(RELATIONS_KEY)
+    for relation in relations if isinstance(relations, list) else []:
+        if isinstance(relation, dict) and relation.get("type") in RELATION_KINDS:
+            target = relation.get("target")
+            if isinstance(target, str):
+                yield relation["type"], target
 
 
 def _timestamp(value: datetime | None) -> float:
@@ -149,6 +219,16 @@ def _matches(fact: FactRecord, where: FactFilter) -> bool:
     if where.visibility is not None and fact.visibility != where.visibility:
         return False
     if where.min_confidence is not None and fact.confidence < where.min_confidence:
+        return False
+    if where.fact_id is not None and fact.fact_id != where.fact_id:
+        return False
+    if where.memory_type is not None and fact.memory_type != where.memory_type:
+        return False
+    if where.tag is not None and where.tag not in fact.tags:
+        return False
+    if where.min_importance is not None and fact.importance < where.min_importance:
+        return False
+    if where.source_kind is not None and fact.source_kind != where.source_kind:
         return False
     if where.text and where.text.casefold() not in fact.content.casefold():
         return False

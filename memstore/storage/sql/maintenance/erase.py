@@ -23,12 +23,12 @@ from memstore.storage.sql.schema.models import claims_table as _claims
 from memstore.storage.sql.schema.models import erasures_table as _erasures
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import grants_table as _grants
-from memstore.storage.sql.schema.models import relations_table as _relations
-from memstore.storage.sql.schema.models import tags_table as _tags
 from memstore.storage.sql.schema.models import history_table as _history
 from memstore.storage.sql.schema.models import queue_table as _queue
+from memstore.storage.sql.schema.models import relations_table as _relations
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import sections_table as _sections
+from memstore.storage.sql.schema.models import tags_table as _tags
 
 
 def erasure_digest(tenant_id: str, user_id: str) -> str:

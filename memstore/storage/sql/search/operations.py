@@ -14,11 +14,19 @@ from sqlalchemy.exc import DBAPIError
 
 from memstore.errors import StorageUnavailableError
 from memstore.retention import RetentionPolicy
-from memstore.scope import Identity, Scope, normalize_agent_name, validate_user_id
-from memstore.storage.records import FactFilter, FactOrder, FactPage, HistoryEntry, MemoryStats
+from memstore.scope import Identity, Scope, normalize_agent_name, resolve_scope, validate_user_id
+from memstore.storage.records import (
+    FactFilter,
+    FactOrder,
+    FactPage,
+    FactRelations,
+    HistoryEntry,
+    MemoryStats,
+)
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.search import queries
+from memstore.storage.sql.search.relations import fact_relations
 from memstore.storage.sql.search.vector_store import SqlVectorStore
 from memstore.storage.sql.search.visibility import visible_facts
 
@@ -81,6 +89,16 @@ class SqlQueries:
         return queries.fact_history(
             lambda: self._reading(where.user_id), where, self._identity, fact_id=fact_id, limit=limit
         )
+
+    def fact_relations(
+        self, fact_id: str, agent_name: str | None = None, *, user_id: str | None = None
+    ) -> FactRelations:
+        """The fact's relations both ways, inside its own scope (never another owner's)."""
+        scope = resolve_scope(agent_name, user_id)
+        try:
+            return fact_relations(lambda: self._reading(scope[0]), self._identity.tenant_id, scope, fact_id)
+        except DBAPIError as exc:
+            raise self._unavailable(exc) from exc
 
     def erase_user(self, user_id: str) -> dict[str, int]:
         """Erase the user's memory in this handle's tenant (the operator connection does it)."""

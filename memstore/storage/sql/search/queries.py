@@ -20,6 +20,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     column,
+    exists,
     func,
     literal_column,
     or_,
@@ -50,11 +51,14 @@ from memstore.storage.sql.schema.fts_schema import FTS_TABLE, PG_TS_CONFIG
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import history_table as _history
 from memstore.storage.sql.schema.models import scopes_table as _scopes
+from memstore.storage.sql.schema.models import tags_table as _tags
+from memstore.storage.sql.search.record_columns import RECORD_FIELD_COLUMNS, tags_of
 from memstore.storage.sql.search.visibility import Connect, readable_by, shares_any
 
 logger = logging.getLogger(__name__)
 
 _fts = table(FTS_TABLE, column("rowid"))
+
 
 RECORD_COLUMNS = (
     _scopes.c.user_id,
@@ -69,6 +73,7 @@ RECORD_COLUMNS = (
     _facts.c.last_accessed_at,
     _facts.c.access_count,
     _facts.c.visibility,
+    *RECORD_FIELD_COLUMNS,
 )
 LIVE_FACTS = _facts.join(_scopes, _scopes.c.id == _facts.c.scope_id)
 
@@ -186,6 +191,13 @@ def fact_record(row: Any, *, rank: float | None = None) -> FactRecord:
         last_confirmed_at=as_utc(row.last_confirmed_at),
         last_accessed_at=as_utc(row.last_accessed_at),
         access_count=row.access_count,
+        memory_type=row.memory_type,
+        importance=row.importance,
+        tags=tags_of(row.tags),
+        source_kind=row.source_kind,
+        raw=row.raw,
+        structured=row.structured,
+        version=row.version,
     )
 
 
@@ -230,12 +242,34 @@ def fact_conditions(conn: Connection, where: FactFilter, identity: Identity) -> 
         conditions.append(_facts.c.confidence >= where.min_confidence)
     if where.visibility is not None:
         conditions.append(_facts.c.visibility == where.visibility)
+    conditions.extend(record_conditions(where, identity.tenant_id))
     if where.text:
         conditions.append(_facts.c.content.icontains(where.text, autoescape=True))
     if where.created_after is not None:
         conditions.append(_facts.c.created_at >= where.created_after)
     if where.created_before is not None:
         conditions.append(_facts.c.created_at < where.created_before)
+    return conditions
+
+
+def record_conditions(where: FactFilter, tenant_id: str) -> list[ColumnElement[bool]]:
+    """The filter's fact id and record-field conditions (``memstore.record``): type, tag,
+    importance, source kind."""
+    conditions: list[ColumnElement[bool]] = []
+    if where.fact_id is not None:
+        conditions.append(_facts.c.fact_id == where.fact_id)
+    if where.memory_type is not None:
+        conditions.append(_facts.c.memory_type == where.memory_type)
+    if where.tag is not None:
+        # tenant_id first: the (tenant_id, tag) index finds the tagged rows.
+        tagged = exists().where(
+            _tags.c.tenant_id == tenant_id, _tags.c.tag == where.tag, _tags.c.fact_row_id == _facts.c.id
+        )
+        conditions.append(tagged)
+    if where.min_importance is not None:
+        conditions.append(_facts.c.importance >= where.min_importance)
+    if where.source_kind is not None:
+        conditions.append(_facts.c.source_kind == where.source_kind)
     return conditions
 
 
@@ -312,6 +346,7 @@ def fact_history(
             before=row.before,
             after=row.after,
             detail=row.detail,
+            version=row.version,
         )
         for row in reversed(rows)
     ]

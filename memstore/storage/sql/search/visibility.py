@@ -16,14 +16,17 @@ from sqlalchemy import Connection, and_, exists, false, func, literal_column, or
 from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.document import as_utc, format_timestamp
+from memstore.record import RELATIONS_KEY
 from memstore.scope import ADMIN_ROLE, Identity
 from memstore.storage.sql.documents.codec import FactValues, decode_fact
 from memstore.storage.sql.documents.grants import PRIVATE, SHARED
 from memstore.storage.sql.documents.json_values import json_object
+from memstore.storage.sql.documents.links import record_of_row
 from memstore.storage.sql.documents.statements import agent_is, tenant_is
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import grants_table as _grants
 from memstore.storage.sql.schema.models import scopes_table as _scopes
+from memstore.storage.sql.search.record_columns import RECORD_FIELD_COLUMNS, tags_of
 
 Connect = Callable[[], AbstractContextManager[Connection]]
 """Opens one read (the provider's ``_reading``: with the identity set where the policies apply)."""
@@ -79,6 +82,7 @@ _VISIBLE = select(
     _facts.c.source_error,
     _facts.c.extra,
     _facts.c.visibility,
+    *RECORD_FIELD_COLUMNS,
 ).select_from(_facts.join(_scopes, _scopes.c.id == _facts.c.scope_id))
 
 
@@ -103,11 +107,13 @@ def visible_facts(conn: Connection, identity: Identity, agent_name: str | None) 
 
 
 def _document_fact(row: Any) -> dict[str, Any]:
-    """The fact as ``codec.decode_fact`` makes it, built directly when the row has no ``extra``
-    (the codec's round trip per fact was most of this read)."""
+    """The fact as ``codec.decode_fact`` makes it for its owner, minus what names others: its grant
+    lists and its relations (fact ids of the owner's memory). Built directly when the row has no
+    ``extra`` and no record fields (the codec's round trip per fact was most of this read)."""
     extra = json_object(row.extra)
     created_at = as_utc(row.created_at)
-    if extra:
+    record = record_of_row(row, tags_of(row.tags), ())
+    if extra or record is not None:
         values = FactValues(
             row.fact_id,
             row.content,
@@ -118,12 +124,14 @@ def _document_fact(row: Any) -> dict[str, Any]:
             row.source_error,
             extra,
             row.visibility,
+            (),
+            record,
         )
         decoded = decode_fact(values)
         # Never another owner's grant lists (kept verbatim in extra when they were given unsorted):
         # they name the other users the fact is shared with.
-        decoded.pop("allowedUsers", None)
-        decoded.pop("allowedRoles", None)
+        for key in ("allowedUsers", "allowedRoles", RELATIONS_KEY):
+            decoded.pop(key, None)
         return decoded
     fact: dict[str, Any] = {
         "id": row.fact_id,
