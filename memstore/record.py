@@ -71,6 +71,8 @@ MAX_STRUCTURED_NESTING = 4
 MAX_RELATIONS = 32
 MAX_RELATION_TARGET_CHARS = 64
 
+_JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+"""NUL as JSON text escapes it (``\\u0000``), told apart from the six characters ``\\u0000`` typed."""
 _TAG = re.compile(r"[^\x00-\x1f\x7f,]+")
 """Any printable text without a comma: tags are labels, and a comma is the CLI's list separator."""
 
@@ -146,7 +148,7 @@ def checked_structured(value: object) -> dict[str, Any]:
         raise InvalidFactError(
             STRUCTURED_KEY, f"{len(text):,} characters as JSON, the limit is {MAX_STRUCTURED_CHARS:,}"
         )
-    problem = unstorable(text.replace("\\u0000", "\x00"))
+    problem = unstorable(chr(0)) if _JSON_NUL.search(text) else unstorable(text)
     if problem is not None:
         raise InvalidFactError(STRUCTURED_KEY, problem)
     return value

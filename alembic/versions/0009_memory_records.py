@@ -11,8 +11,14 @@ any other -> semantic), ``importance`` (0.5), ``source_kind`` (``implicit_infere
 before) and two tables: ``memory_fact_tags`` and ``memory_fact_relations``, both under row-level
 security on PostgreSQL.
 
+On PostgreSQL, the data statements run with ``memory_facts``' row-level security unforced, so a
+table owner that the policies bind still migrates every row, and every role that already reads
+``memory_facts`` (the application role of ``memstore db grant-app-role``) is granted the new tables
+and columns, so an upgraded deployment keeps working without running that command again.
+
 Downgrade drops them; it refuses to run while any fact holds a value other than those defaults, a
-tag or a relation, since the older schema has nowhere to keep it.
+tag or a relation, since the older schema has nowhere to keep it (on PostgreSQL the check is in
+the script itself, so the rendered SQL refuses too).
 """
 
 from collections.abc import Sequence
@@ -29,10 +35,36 @@ depends_on: str | Sequence[str] | None = None
 
 _ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 _RLS_TABLES = ("memory_fact_tags", "memory_fact_relations")
+_NEW_FACT_COLUMNS = "memory_type, importance, source_kind, raw, structured, version"
+# Every role (but the owner and PUBLIC) that may read memory_facts gets the new tables and columns.
+_GRANT_READERS = f"""
+DO $$
+DECLARE reader record;
+BEGIN
+  FOR reader IN
+    SELECT DISTINCT r.rolname FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+    JOIN pg_roles r ON r.oid = a.grantee
+    WHERE c.oid = 'memory_facts'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+  LOOP
+    EXECUTE format('GRANT SELECT, INSERT, DELETE ON TABLE memory_fact_tags, memory_fact_relations TO %I',
+                   reader.rolname);
+    EXECUTE format('GRANT UPDATE ({_NEW_FACT_COLUMNS}) ON TABLE memory_facts TO %I', reader.rolname);
+  END LOOP;
+END $$"""
 _TYPE_OF_CATEGORY = (
     "CASE category WHEN 'preference' THEN 'preference' WHEN 'knowledge' THEN 'semantic' "
     "WHEN 'context' THEN 'episodic' WHEN 'behavior' THEN 'procedural' WHEN 'goal' THEN 'profile' "
     "ELSE 'semantic' END"
+)
+# Rows the older schema has nowhere to keep: downgrading refuses while there are any.
+_KEPT = (
+    "(SELECT count(*) FROM memory_fact_tags) + (SELECT count(*) FROM memory_fact_relations) "
+    "+ (SELECT count(*) FROM memory_facts WHERE importance <> 0.5 OR source_kind <> 'implicit_inference' "
+    f"OR raw IS NOT NULL OR structured IS NOT NULL OR memory_type <> {_TYPE_OF_CATEGORY})"
+)
+_REFUSAL = (
+    "memory facts hold record fields (a type, importance, tags, source kind, raw or structured "
+    "content, relations) that revision 0008 cannot keep: export them first"
 )
 # Each new column with its CHECK, added in place on both dialects (no table copy of every fact).
 _FACT_COLUMNS = (
@@ -44,7 +76,8 @@ _FACT_COLUMNS = (
     "CONSTRAINT ck_memory_facts_known_source_kind CHECK (source_kind IN ('explicit_user_input', "
     "'implicit_inference', 'system_generated', 'external_data', 'corrected_memory'))",
     "raw TEXT",
-    "structured {json}",
+    # JSON, not JSONB: JSONB rewrites numbers (1e16 becomes an integer, -0.0 becomes 0).
+    "structured JSON",
     "version INTEGER DEFAULT 1 NOT NULL CONSTRAINT ck_memory_facts_version_positive CHECK (version >= 1)",
 )
 
@@ -56,12 +89,14 @@ def _tenant() -> sa.Column[str]:
 def upgrade() -> None:
     postgresql = op.get_context().dialect.name == "postgresql"
     for column in _FACT_COLUMNS:
-        op.execute(
-            f"ALTER TABLE memory_facts ADD COLUMN {column.format(json='JSONB' if postgresql else 'JSON')}"
-        )
+        op.execute(f"ALTER TABLE memory_facts ADD COLUMN {column}")
+    if postgresql:  # the owner may be bound by the policies: it must see every row to migrate it
+        op.execute("ALTER TABLE memory_facts NO FORCE ROW LEVEL SECURITY")
     op.execute(
         f"UPDATE memory_facts SET memory_type = {_TYPE_OF_CATEGORY} WHERE memory_type <> {_TYPE_OF_CATEGORY}"
     )
+    if postgresql:
+        op.execute("ALTER TABLE memory_facts FORCE ROW LEVEL SECURITY")
     op.add_column("memory_history", sa.Column("version", sa.Integer(), nullable=True))
     op.create_table(
         "memory_fact_tags",
@@ -126,25 +161,19 @@ def upgrade() -> None:
     if postgresql:
         for statement in rls.create_statements(_RLS_TABLES):
             op.execute(statement)
+        op.execute(_GRANT_READERS)
 
 
 def downgrade() -> None:
     postgresql = op.get_context().dialect.name == "postgresql"
-    if not op.get_context().as_sql:
-        kept = op.get_bind().execute(
-            sa.text(
-                "SELECT (SELECT count(*) FROM memory_fact_tags) "
-                "+ (SELECT count(*) FROM memory_fact_relations) "
-                "+ (SELECT count(*) FROM memory_facts WHERE importance <> 0.5 "
-                "OR source_kind <> 'implicit_inference' OR raw IS NOT NULL OR structured IS NOT NULL "
-                f"OR memory_type <> {_TYPE_OF_CATEGORY})"
-            )
-        )
-        if kept.scalar_one():
-            raise RuntimeError(
-                "memory facts hold record fields (a type, importance, tags, source kind, raw or "
-                "structured content, relations) that revision 0008 cannot keep: export them first"
-            )
+    if postgresql:
+        # Unforced, so the check counts every row even for an owner the policies bind.
+        for table in ("memory_facts", *_RLS_TABLES):
+            op.execute(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
+        op.execute(f"DO $$ BEGIN IF ({_KEPT}) > 0 THEN RAISE EXCEPTION '{_REFUSAL}'; END IF; END $$")
+        op.execute("ALTER TABLE memory_facts FORCE ROW LEVEL SECURITY")
+    elif not op.get_context().as_sql and op.get_bind().execute(sa.text(f"SELECT {_KEPT}")).scalar_one():
+        raise RuntimeError(_REFUSAL)
     if postgresql:
         for statement in rls.drop_statements(_RLS_TABLES):
             op.execute(statement)

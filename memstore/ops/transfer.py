@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from memstore.document import MAX_DOCUMENT_BYTES, SECTION_GROUPS, MemoryDocument, fact_content_key
-from memstore.errors import InvalidDocumentError
+from memstore.errors import InvalidDocumentError, InvalidFactError
 from memstore.ops.validation import check_document
+from memstore.record import RELATIONS_KEY, TAGS_KEY, checked_relations, checked_tags
 from memstore.scope import Scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file.layout import TreeEntry, scope_path
@@ -82,7 +84,19 @@ def _canonical(document: MemoryDocument) -> dict[str, Any]:
             section = group_value.get(name)
             section = section if isinstance(section, dict) else {}
             sections[name] = {"summary": "", "updatedAt": "", **section}
-    return {"sections": sections, "facts": document.get("facts", [])}
+    return {"sections": sections, "facts": [_as_stored(fact) for fact in document.get("facts", [])]}
+
+
+def _as_stored(fact: object) -> object:
+    """``fact`` with its tags and relations as the SQL provider keeps them: sets, sorted."""
+    if not isinstance(fact, dict):
+        return fact
+    sets = {}
+    for key, check in ((TAGS_KEY, checked_tags), (RELATIONS_KEY, checked_relations)):
+        if key in fact:
+            with suppress(InvalidFactError):  # an invalid value is kept, and compared, verbatim
+                sets[key] = check(fact[key])
+    return {**fact, **sets}
 
 
 def import_entries(

@@ -5,6 +5,16 @@ BEGIN;
 
 -- Running downgrade 0009 -> 0008
 
+ALTER TABLE memory_facts NO FORCE ROW LEVEL SECURITY;
+
+ALTER TABLE memory_fact_tags NO FORCE ROW LEVEL SECURITY;
+
+ALTER TABLE memory_fact_relations NO FORCE ROW LEVEL SECURITY;
+
+DO $$ BEGIN IF ((SELECT count(*) FROM memory_fact_tags) + (SELECT count(*) FROM memory_fact_relations) + (SELECT count(*) FROM memory_facts WHERE importance <> 0.5 OR source_kind <> 'implicit_inference' OR raw IS NOT NULL OR structured IS NOT NULL OR memory_type <> CASE category WHEN 'preference' THEN 'preference' WHEN 'knowledge' THEN 'semantic' WHEN 'context' THEN 'episodic' WHEN 'behavior' THEN 'procedural' WHEN 'goal' THEN 'profile' ELSE 'semantic' END)) > 0 THEN RAISE EXCEPTION 'memory facts hold record fields (a type, importance, tags, source kind, raw or structured content, relations) that revision 0008 cannot keep: export them first'; END IF; END $$;
+
+ALTER TABLE memory_facts FORCE ROW LEVEL SECURITY;
+
 DROP POLICY memstore_read ON memory_fact_tags;
 
 DROP POLICY memstore_owner_write ON memory_fact_tags;

@@ -13,11 +13,15 @@ ALTER TABLE memory_facts ADD COLUMN source_kind VARCHAR(24) DEFAULT 'implicit_in
 
 ALTER TABLE memory_facts ADD COLUMN raw TEXT;
 
-ALTER TABLE memory_facts ADD COLUMN structured JSONB;
+ALTER TABLE memory_facts ADD COLUMN structured JSON;
 
 ALTER TABLE memory_facts ADD COLUMN version INTEGER DEFAULT 1 NOT NULL CONSTRAINT ck_memory_facts_version_positive CHECK (version >= 1);
 
+ALTER TABLE memory_facts NO FORCE ROW LEVEL SECURITY;
+
 UPDATE memory_facts SET memory_type = CASE category WHEN 'preference' THEN 'preference' WHEN 'knowledge' THEN 'semantic' WHEN 'context' THEN 'episodic' WHEN 'behavior' THEN 'procedural' WHEN 'goal' THEN 'profile' ELSE 'semantic' END WHERE memory_type <> CASE category WHEN 'preference' THEN 'preference' WHEN 'knowledge' THEN 'semantic' WHEN 'context' THEN 'episodic' WHEN 'behavior' THEN 'procedural' WHEN 'goal' THEN 'profile' ELSE 'semantic' END;
+
+ALTER TABLE memory_facts FORCE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_history ADD COLUMN version INTEGER;
 
@@ -63,6 +67,20 @@ ALTER TABLE memory_fact_relations ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory_fact_relations FORCE ROW LEVEL SECURITY;
 
 CREATE POLICY memstore_owner ON memory_fact_relations FOR ALL USING (tenant_id = current_setting('memstore.tenant_id', true) AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true) AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
+
+DO $$
+DECLARE reader record;
+BEGIN
+  FOR reader IN
+    SELECT DISTINCT r.rolname FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+    JOIN pg_roles r ON r.oid = a.grantee
+    WHERE c.oid = 'memory_facts'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+  LOOP
+    EXECUTE format('GRANT SELECT, INSERT, DELETE ON TABLE memory_fact_tags, memory_fact_relations TO %I',
+                   reader.rolname);
+    EXECUTE format('GRANT UPDATE (memory_type, importance, source_kind, raw, structured, version) ON TABLE memory_facts TO %I', reader.rolname);
+  END LOOP;
+END $$;
 
 UPDATE alembic_version SET version_num='0009' WHERE alembic_version.version_num = '0008';
 

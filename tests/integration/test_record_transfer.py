@@ -135,3 +135,16 @@ def test_an_import_tree_with_a_bad_record_key_reports_that_file(
     assert [entry.user_id for entry in report.imported] == ["alice"]
     [(path, reason)] = report.invalid
     assert path.parent.name == "bob" and reason == "fact 0: importance: must be between 0 and 1"
+
+
+def test_a_re_import_of_unsorted_tags_is_unchanged(tmp_path: Path, storage: MemoryStorage) -> None:
+    """The SQL provider keeps tags and relations as sorted sets: the same file again changes nothing."""
+    document = _deerflow_document()
+    fact = copy.deepcopy(RECORD_FACT)
+    fact["tags"] = ["work", "editor"]
+    document["facts"].append(fact)
+    _write(tmp_path / "in", "alice", document)
+    _import(storage, tmp_path / "in")
+    entries, _ = discover_tree(tmp_path / "in")
+    again = import_entries(storage, entries)
+    assert [entry.user_id for entry in again.unchanged] == ["alice"] and not again.imported

@@ -11,7 +11,19 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime
 
-from sqlalchemy import ColumnElement, Connection, Engine, Table, case, delete, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Table,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql
 
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
@@ -194,7 +206,12 @@ def vacuum_counts(engine: Engine, cutoff: datetime) -> dict[str, int]:
 
 
 def _old_tombstone(cutoff: datetime) -> ColumnElement[bool]:
-    return (_facts.c.deleted_revision.is_not(None)) & (_facts.c.deleted_at < cutoff)
+    """A fact deleted before ``cutoff`` that no relation names: purging a relation's target would
+    silently take the relation from the live fact that states it (a correction, a merge)."""
+    named = exists().where(
+        _relations.c.scope_id == _facts.c.scope_id, _relations.c.target_fact_id == _facts.c.fact_id
+    )
+    return (_facts.c.deleted_revision.is_not(None)) & (_facts.c.deleted_at < cutoff) & ~named
 
 
 def _vacuumed(cutoff: datetime) -> dict[str, tuple[Table, ColumnElement[bool]]]:

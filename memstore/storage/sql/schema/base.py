@@ -17,8 +17,9 @@ NAMING_CONVENTION = {
 # BIGINT on PostgreSQL; INTEGER on SQLite so the column is the rowid alias and autoincrements.
 Id = BigInteger().with_variant(Integer(), "sqlite")
 Json = JSON().with_variant(postgresql.JSONB(), "postgresql")
-# Python None as SQL NULL (not JSON ``null``), for a column where NULL means "not set".
-NullableJson = JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
+# Python None as SQL NULL (not JSON ``null``), for a column where NULL means "not set"; JSON on
+# PostgreSQL too, which keeps the text as given (JSONB rewrites numbers: 1e16, -0.0).
+NullableJson = JSON(none_as_null=True)
 Timestamp = DateTime(timezone=True)
 # float32 little-endian bytes on SQLite (what sqlite-vec reads); ``real[]`` on PostgreSQL, which
 # pgvector casts to ``vector`` when the extension is installed.
