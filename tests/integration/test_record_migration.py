@@ -61,7 +61,9 @@ def test_a_bound_owner_migrates_every_row_and_cannot_downgrade_past_record_field
             )  # fmt: skip
     upgrade(bound_owner_url)
     with create_engine(pg_url).connect() as conn:
-        types = dict(conn.execute(text("SELECT category, memory_type FROM memory_facts")).all())
+        types: dict[str, str] = dict(
+            conn.execute(text("SELECT category, memory_type FROM memory_facts")).all()
+        )
         forced = conn.execute(text("SELECT relforcerowsecurity FROM pg_class WHERE relname = 'memory_facts'"))
         assert forced.scalar_one()  # forced again once the data statement ran
     assert types == {"preference": "preference", "context": "episodic", "goal": "profile"}

@@ -163,10 +163,22 @@ def test_a_relation_to_a_fact_the_scope_lacks_is_dropped_and_logged(
     relations = [{"type": "related_to", "target": "nowhere"}, {"type": "related_to", "target": "f1"}]
     with caplog.at_level(logging.WARNING):
         _save(storage, _fact("f1", "likes tea"), _fact("f2", "likes cake", relations=relations))
-    assert "1 relation(s) name a fact this scope does not hold" in caplog.text
+    assert "1 relation target(s) name no fact of this scope" in caplog.text
     expected = [{"type": "related_to", "target": "f1"}]
     assert storage.load(None, user_id="alice")["facts"][1]["relations"] == expected  # not the cached guess
     assert _cold(sql_url)["facts"][1]["relations"] == expected
+    # Dropped before planning: saving the same relation again is no change, no version, no audit row.
+    document = storage.load(None, user_id="alice")
+    document["facts"][1]["relations"] = relations
+    assert storage.save(document, None, user_id="alice")
+    with get_engine(sql_url).connect() as conn:
+        assert (
+            conn.execute(select(facts_table.c.version).where(facts_table.c.fact_id == "f2")).scalar_one() == 1
+        )
+        afters = conn.execute(
+            select(history_table.c.after).where(history_table.c.entity_id == "f2")
+        ).scalars()
+        assert [after["relations"] for after in afters] == [expected]
 
 
 def test_another_users_fact_is_no_relation_target(sql_url: str) -> None:

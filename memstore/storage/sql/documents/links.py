@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from memstore.storage.sql.documents.codec import FactValues, Record, Relations
+from memstore.storage.sql.documents.codec import FactValues, IncomingDocument, IncomingFact, Record, Relations
 from memstore.storage.sql.documents.json_values import json_object
 from memstore.storage.sql.documents.statements import (
     DELETE_OUTGOING,
@@ -25,6 +26,7 @@ from memstore.storage.sql.documents.statements import (
     INSERT_TAG,
     MAX_BOUND_IDS,
     RELATIONS_QUERY,
+    STORED_IDS,
     TAGS_QUERY,
 )
 
@@ -32,6 +34,44 @@ if TYPE_CHECKING:
     from memstore.storage.sql.documents.merge import MergePlan
 
 logger = logging.getLogger(__name__)
+
+
+def with_known_targets(
+    conn: Connection, scope_id: int | None, incoming: IncomingDocument
+) -> IncomingDocument:
+    """``incoming`` without the relations whose target is no fact of the scope (live, deleted or in
+    ``incoming`` itself), logged: dropped before planning, so no version or audit row claims them."""
+    facts = incoming.facts
+    targets = {target for fact in facts or () for _, target in fact.values.fields.relations}
+    if not facts or not targets:
+        return incoming
+    known = {fact.values.fact_id for fact in facts}
+    asked = sorted(targets - known)
+    if scope_id is not None:
+        for start in range(0, len(asked), MAX_BOUND_IDS):
+            found = conn.execute(
+                STORED_IDS, {"scope_id": scope_id, "fact_ids": asked[start : start + MAX_BOUND_IDS]}
+            )
+            known.update(found.scalars())
+    if targets <= known:
+        return incoming
+    kept: list[IncomingFact] = []
+    for fact in facts:
+        record = fact.values.record
+        if record is None or all(target in known for _, target in record.relations):
+            kept.append(fact)
+            continue
+        relations = tuple(pair for pair in record.relations if pair[1] in known)
+        narrowed = replace(record, relations=relations)
+        values = replace(
+            fact.values, record=None if narrowed.is_default_for(fact.values.category) else narrowed
+        )
+        kept.append(IncomingFact(values, fact.generated_id))
+    logger.warning(
+        "memstore: %d relation target(s) name no fact of this scope; those relations were not stored",
+        len(targets - known),
+    )
+    return replace(incoming, facts=kept)
 
 
 def record_of_row(row: Any, tags: tuple[str, ...], relations: Relations) -> Record | None:

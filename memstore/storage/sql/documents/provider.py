@@ -50,6 +50,7 @@ from memstore.storage.sql.documents.cache import CacheEntry, entry_after, stamp
 from memstore.storage.sql.documents.codec import IncomingDocument, parse_document
 from memstore.storage.sql.documents.inherit import inherit_signals, inherited_signals
 from memstore.storage.sql.documents.json_values import copy_json
+from memstore.storage.sql.documents.links import with_known_targets
 from memstore.storage.sql.documents.load import LOAD_STATEMENTS, read_entry
 from memstore.storage.sql.documents.merge import Cap
 from memstore.storage.sql.documents.signals import SqlSignals
@@ -372,6 +373,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
                     inherited_signals(conn, tenant_id, scope, removals) if removals and not created else {}
                 )
                 cap = Cap(self._max_facts, self._retention, now, inherited)
+                incoming = with_known_targets(conn, None if created else scope_row.scope_id, incoming)
                 plan = plan_save(
                     conn,
                     scope_row,

@@ -362,6 +362,10 @@ INSERT_RELATION = (
     )
     .returning(_relations.c.kind)
 )
+# Which of some fact ids the scope holds, live or deleted: the targets a relation may name.
+STORED_IDS = select(_facts.c.fact_id).where(
+    _facts.c.scope_id == bindparam("scope_id"), _facts.c.fact_id.in_(bindparam("fact_ids", expanding=True))
+)
 RELATIONS_QUERY = select(_relations.c.fact_id, _relations.c.kind, _relations.c.target_fact_id).where(
     _relations.c.scope_id == bindparam("scope_id")
 )
