@@ -170,6 +170,9 @@ class MemoryConfig(BaseModel):
     rerank_api_key: SecretStr | None = None
     rerank_top_n: int = Field(default=20, ge=2, le=200)
     rerank_timeout_seconds: float = Field(default=5.0, gt=0, le=60)
+    # The DeerFlow adapters hand DeerFlow the memory-record keys (type, importance, tags...) only
+    # when on; off, they are hidden and restored on DeerFlow's saves (integrations.deerflow.record_view).
+    deerflow_record_fields: bool = False
 
     @field_validator(
         "shutdown_timeout_seconds",

@@ -34,6 +34,11 @@ with its row. ``search_facts`` (DeerMem's retrieval hook, behind its ``memory_se
 each scope's facts with memstore's hybrid or semantic search when embeddings are configured, by
 BM25 otherwise. DeerMem's injection (``get_context``) carries no query, so it stays in DeerMem's
 confidence order.
+
+Memory-record keys. Unless ``deerflow_record_fields`` is on, every fact DeerMem is handed leaves
+out ``importance``, ``tags``...; a fact it writes back gets them back from the stored fact it was
+read from (``record_view.py``), before DeerMem's revision rule compares it, so hiding them neither
+drops them nor bumps a revision.
 """
 
 from __future__ import annotations
@@ -54,6 +59,13 @@ from memstore.integrations.deerflow.deermem_facts import (
 )
 from memstore.integrations.deerflow.deermem_hooks import DEFAULT_AGENT_BUCKET, DeerMemHooks
 from memstore.integrations.deerflow.opening import LazySql, logs_outage
+from memstore.integrations.deerflow.record_view import (
+    hidden_of,
+    restored,
+    same_content,
+    shows_record_fields,
+    without_record_keys,
+)
 from memstore.integrations.deerflow.users import DeerFlowUserError, memstore_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.documents.codec import INCARNATION_KEY
@@ -70,7 +82,8 @@ class DeerMemStore(DeerMemHooks):
     ``manifest_conflict`` and ``fact_conflict`` are the exceptions raised on a revision mismatch;
     the DeerFlow-facing subclass sets them to types that are also DeerMem's own. Of the config it
     reads ``max_facts`` and ``strict_user_scope`` (every call must name a user, as in DeerMem);
-    ``tenant_id`` (default: the default tenant) is the tenant every call acts in.
+    ``tenant_id`` (default: the default tenant) is the tenant every call acts in; ``record_fields``
+    (default: memstore's ``deerflow_record_fields``) shows DeerMem the memory-record keys.
     """
 
     setting = DEERMEM_SETTING
@@ -84,7 +97,9 @@ class DeerMemStore(DeerMemHooks):
         *,
         database_url: str | None = None,
         tenant_id: str | None = None,
+        record_fields: bool | None = None,
     ) -> None:
+        self._record_fields = record_fields
         max_facts = getattr(config, "max_facts", None)
         self._strict_user_scope = getattr(config, "strict_user_scope", False) is True
         self._sql = LazySql(
@@ -158,9 +173,15 @@ class DeerMemStore(DeerMemHooks):
                 return False
         else:
             existing = {str(f.get("id")): to_deermem(f, {}) for f in current.get("facts", [])}
-            document["facts"] = [
-                to_memstore(next_version(fact, existing.get(str(fact.get("id"))))) for fact in facts
-            ]
+            document["facts"] = []
+            for fact in facts:
+                stored = existing.get(str(fact.get("id")))
+                # Read from ``stored``: DeerMem's per-fact revision says so, or the content is unchanged.
+                read = stored is not None and (
+                    fact_revision(fact) == fact_revision(stored) or same_content(fact, stored)
+                )
+                kept = self._restored(fact, stored) if read else fact
+                document["facts"].append(to_memstore(next_version(kept, stored)))
         return sql.save(document, agent, user_id=user, origin=ORIGIN)
 
     # -- DeerMem's optional repository methods --------------------------------------------------
@@ -226,7 +247,7 @@ class DeerMemStore(DeerMemHooks):
             "version": stored.get("version", "1.0"),
             "revision": self._revision(stored_own, stored, agent),
             "lastUpdated": stored.get("lastUpdated", ""),
-            "upsertedFacts": list(upserted.values()),
+            "upsertedFacts": [self._shown(fact) for fact in upserted.values()],
             "deletedFactIds": deleted,
         }
 
@@ -272,7 +293,20 @@ class DeerMemStore(DeerMemHooks):
     def _scope(user_id: str | None, agent_name: str | None) -> dict[str, str | None]:
         return {"userId": user_id, "agentName": agent_name}
 
-    def _document(self, agent_name: str | None, user_id: str | None, *, fresh: bool) -> dict[str, Any]:
+    def _shown(self, fact: dict[str, Any]) -> dict[str, Any]:
+        """A fact as DeerMem is handed it: without the memory-record keys unless they are shown."""
+        return fact if shows_record_fields(self._record_fields) else without_record_keys(fact)
+
+    def _restored(self, fact: dict[str, Any], stored: dict[str, Any] | None) -> dict[str, Any]:
+        """``fact``, read from ``stored``, with the record keys DeerMem was not shown put back."""
+        if stored is None or shows_record_fields(self._record_fields):
+            return fact
+        return restored(fact, hidden_of(stored))
+
+    def _document(
+        self, agent_name: str | None, user_id: str | None, *, fresh: bool, shown: bool = True
+    ) -> dict[str, Any]:
+        """The document DeerMem reads; ``shown=False`` keeps the record keys (for memstore's ranking)."""
         user = self._user(user_id)
         agent = self._bucket(agent_name)
         sql = self._sql.get()
@@ -281,6 +315,8 @@ class DeerMemStore(DeerMemHooks):
         bucket = own if agent is None else read(agent, user_id=user)
         scope = self._scope(user_id, agent_name)
         facts = [] if agent_name is None else [to_deermem(f, scope) for f in bucket.get("facts", [])]
+        if shown:
+            facts = [self._shown(fact) for fact in facts]
         return {
             "version": own.get("version", "1.0"),
             "revision": self._revision(own, bucket, agent),
@@ -347,7 +383,7 @@ class DeerMemStore(DeerMemHooks):
             candidate = {k: v for k, v in incoming.items() if k != "revision"} | {"id": fact_id}
             if existing is not None:
                 candidate["revision"] = fact_revision(existing)
-            fact = next_version(candidate, existing)
+            fact = next_version(self._restored(candidate, existing), existing)
             fact["scope"] = dict(scope)
             if fact != existing:
                 upserted[fact_id] = fact

@@ -33,8 +33,10 @@ class DeerMemHooks:
         def _bucket(agent_name: str | None) -> str | None: ...
 
         def _document(
-            self, agent_name: str | None, user_id: str | None, *, fresh: bool
+            self, agent_name: str | None, user_id: str | None, *, fresh: bool, shown: bool = True
         ) -> dict[str, Any]: ...
+
+        def _shown(self, fact: dict[str, Any]) -> dict[str, Any]: ...
 
     @logs_outage("usage read")
     def get_fact_usage(self, *, agent_name: str, user_id: str | None = None) -> dict[str, dict[str, Any]]:
@@ -113,6 +115,8 @@ class DeerMemHooks:
         ``hybrid`` and ``semantic`` rank by meaning with the configured ``embedding_provider``;
         with none (or ``mode`` ``fulltext``), by BM25 over the scope's facts. Results are
         DeerMem's ``{"fact", "score", "matchType"}``, best first; DeerMem counts their access.
+        The ranking sees the memory-record keys (importance); the facts returned show them only
+        when ``deerflow_record_fields`` is on.
         """
         text = query.strip() if isinstance(query, str) else ""
         if not text or top_k <= 0:
@@ -125,7 +129,9 @@ class DeerMemHooks:
             user, agent = scope.get("userId"), scope.get("agentName")
             facts = [
                 fact
-                for fact in self._document(agent or DEFAULT_AGENT_BUCKET, user, fresh=True)["facts"]
+                for fact in self._document(agent or DEFAULT_AGENT_BUCKET, user, fresh=True, shown=False)[
+                    "facts"
+                ]
                 if category is None or fact.get("category") == category
             ]
             if meaning:
@@ -137,7 +143,10 @@ class DeerMemHooks:
                 scores = bm25_scores(text, [str(fact.get("content", "")) for fact in facts])
                 ranked = [(facts[i], scores[i]) for i in ranked_order([s if s > 0 else None for s in scores])]
             kind = mode if meaning else "fulltext"
-            found += [{"fact": fact, "score": float(score), "matchType": kind} for fact, score in ranked]
+            found += [
+                {"fact": self._shown(fact), "score": float(score), "matchType": kind}
+                for fact, score in ranked
+            ]
         found.sort(key=lambda result: result["score"], reverse=True)
         return found[:top_k]
 

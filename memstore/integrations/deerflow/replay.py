@@ -39,6 +39,9 @@ class PendingSave:
     agent_name: str | None
     user_id: str | None
     captured_at: datetime
+    restore_stored: bool = False
+    """A document without a load token, whose facts get back the memory-record keys stored for
+    the same id and content when it is written (``record_view.py``)."""
 
 
 class ReplayBuffer:

@@ -23,19 +23,31 @@ a bare ``SqlMemoryStorage``:
   so DeerFlow does not report as created a fact that was not stored.
 - **Outages.** A save that meets an outage returns ``False`` (it is not durable) and is kept in a
   bounded buffer (``replay.py``) that the next call replays, merged, once the database is back.
+- **Memory-record keys.** Unless ``deerflow_record_fields`` is on, a fact's ``importance``,
+  ``tags``... are left out of what DeerFlow sees; the token keeps them per fact id, and ``save``
+  puts them back on each fact that still carries its id (``record_view.py``).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument
 from memstore.errors import StaleDocumentError, StorageUnavailableError
 from memstore.integrations.deerflow.opening import LazySql, logs_outage
+from memstore.integrations.deerflow.record_view import (
+    Hidden,
+    hidden_by_unchanged_content,
+    hidden_of,
+    restore_facts,
+    shows_record_fields,
+    without_record_keys,
+)
 from memstore.integrations.deerflow.replay import DEFAULT_REPLAY_LIMIT, PendingSave, ReplayBuffer
 from memstore.integrations.deerflow.users import memstore_user_id
 from memstore.storage.sql.documents.codec import INCARNATION_KEY
@@ -56,6 +68,8 @@ class LoadToken:
     incarnation: str | None
     loaded_at: datetime
     fact_ids: frozenset[str]
+    hidden: Mapping[str, Hidden] = field(default_factory=dict, hash=False)
+    """The memory-record keys left out of each fact DeerFlow was shown, by fact id."""
 
 
 class _Tracked(dict[str, Any]):
@@ -115,6 +129,8 @@ class SeedStore:
     The constructor never raises and never touches the database (DeerFlow would silently fall
     back to files); ``database_url`` and ``max_facts`` default to memstore's configured URL and
     DeerFlow's ``memory.max_facts``; ``tenant_id`` (default: the default tenant) is the tenant it serves.
+    ``record_fields`` (default: memstore's ``deerflow_record_fields``) shows DeerFlow the
+    memory-record keys.
     """
 
     setting = SEED_SETTING
@@ -126,7 +142,9 @@ class SeedStore:
         max_facts: int | None = None,
         replay_limit: int = DEFAULT_REPLAY_LIMIT,
         tenant_id: str | None = None,
+        record_fields: bool | None = None,
     ) -> None:
+        self._record_fields = record_fields
         self._sql = LazySql(
             self.setting,
             database_url=database_url,
@@ -171,11 +189,14 @@ class SeedStore:
             document["revision"] = token.revision
             if token.incarnation is not None:
                 document[INCARNATION_KEY] = token.incarnation
+            if "facts" in document:
+                document["facts"] = restore_facts(document["facts"], token.hidden)
         pending = PendingSave(
             document,
             agent_name,
             user,
             token.loaded_at if token is not None else datetime.now(UTC),
+            restore_stored=token is None and not shows_record_fields(self._record_fields),
         )
         self._replay.replay(self._replay_one)
         try:
@@ -204,23 +225,35 @@ class SeedStore:
 
     _user = staticmethod(memstore_user_id)
 
-    @staticmethod
-    def _present(stored: MemoryDocument) -> dict[str, Any]:
-        """memstore's document as DeerFlow sees it: bookkeeping hidden in a ``LoadToken``."""
+    def _present(self, stored: MemoryDocument) -> dict[str, Any]:
+        """memstore's document as DeerFlow sees it: bookkeeping and record keys kept in a ``LoadToken``."""
         revision = stored.get("revision")
         incarnation = stored.get(INCARNATION_KEY)
+        facts = list(stored.get("facts", []))
+        hidden: dict[str, Hidden] = {}
+        if not shows_record_fields(self._record_fields):
+            for position, fact in enumerate(facts):
+                keys = hidden_of(fact)
+                if keys:
+                    hidden[str(fact.get("id"))] = keys
+                    facts[position] = without_record_keys(fact)
         token = LoadToken(
             revision=revision if isinstance(revision, int) else 0,
             incarnation=incarnation if isinstance(incarnation, str) else None,
             loaded_at=datetime.now(UTC),
-            fact_ids=frozenset(str(fact.get("id")) for fact in stored.get("facts", [])),
+            fact_ids=frozenset(str(fact.get("id")) for fact in facts),
+            hidden=hidden,
         )
         visible = {k: v for k, v in stored.items() if k not in HIDDEN_KEYS}
+        if "facts" in visible:
+            visible["facts"] = facts
         if isinstance(visible.get("user"), dict):
             visible["user"] = _tracked(visible["user"], token)
         return _tracked(visible, token)
 
     def _save_now(self, pending: PendingSave) -> bool:
+        if pending.restore_stored:
+            pending = self._with_stored_record_keys(pending)
         try:
             return self._sql.get().save(
                 pending.document,
@@ -235,6 +268,17 @@ class SeedStore:
 
     def _replay_one(self, pending: PendingSave) -> bool:
         return self._save_now(pending)
+
+    def _with_stored_record_keys(self, pending: PendingSave) -> PendingSave:
+        """A document without a token: its facts with the stored id and content get back their
+        hidden record keys (read now, so a save kept through an outage reads them at its replay)."""
+        facts = pending.document.get("facts")
+        if not isinstance(facts, list) or not facts:
+            return replace(pending, restore_stored=False)
+        stored = self._sql.get().reload(pending.agent_name, user_id=pending.user_id).get("facts", [])
+        document = dict(pending.document)
+        document["facts"] = restore_facts(facts, hidden_by_unchanged_content(facts, stored))
+        return replace(pending, document=document, restore_stored=False)
 
     def _clear(self, agent_name: str | None, user: str | None) -> bool:
         self._replay.replay(self._replay_one)
