@@ -181,3 +181,35 @@ def test_the_merge_is_exactly_what_was_granted(arena_url: str) -> None:
         }
         assert merged == expected, identity
     storage.close()
+
+
+def test_relations_and_record_filters_read_only_what_was_granted(arena_url: str) -> None:
+    """The memory record's read paths: a fact's relations (its owner's alone), and listing by tag,
+    type, importance and source kind (the same rule as any listing)."""
+    canaries = _canaries()
+    seed(arena_url, canaries)
+    storage = SqlMemoryStorage(arena_url)
+    try:
+        for identity in IDENTITIES:
+            handle = storage.for_identity(identity.tenant_id, identity.roles)
+            user = identity.user_id
+            owned = [c for c in canaries if c.tenant == identity.tenant_id and c.owner == user]
+            relations = handle.fact_relations("fact_00000001", AGENT, user_id=user)
+            outgoing = [(relation.kind, relation.fact_id) for relation in relations.outgoing]
+            assert outgoing == ([("related_to", "fact_00000000")] if len(owned) > 1 else []), identity
+            for canary in canaries:
+                page = handle.query_facts(
+                    FactFilter(user_id=user, tag=canary.text), search=None, limit=1000, offset=0
+                )
+                expected = [canary.text] if _may_read(identity, canary) else []
+                assert [record.content for record in page.facts] == expected, (identity, canary)
+            readable = sorted(c.text for c in canaries if _may_read(identity, c))
+            for narrowed in (
+                FactFilter(user_id=user, min_importance=0.9),
+                FactFilter(user_id=user, memory_type="episodic"),
+                FactFilter(user_id=user, source_kind="implicit_inference"),
+            ):
+                page = handle.query_facts(narrowed, search=None, limit=1000, offset=0)
+                assert sorted(record.content for record in page.facts) == readable, (identity, narrowed)
+    finally:
+        storage.close()
