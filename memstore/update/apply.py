@@ -16,8 +16,13 @@ values in range, so 1.5 is stored as 1.0 and -0.2 as 0.0 (and is then below thre
 
 A new fact below ``fact_confidence_threshold``, or whose importance (its own, else the default
 0.5) is below ``fact_importance_threshold``, is not added. A kept fact carries the record fields
-the extractor gave it (``fields.stored_fields``: only those that differ from the default) and a
-``supersedes`` relation to each fact it ``replaces`` that was in the document.
+the extractor gave it (``fields.stored_fields``: only those that differ from the default, less
+any ``raw``, ``structured`` or tag that mentions an upload: ``uploads.scrub_record_fields``) and a
+``supersedes`` relation to each fact it ``replaces`` that was in the document. The facts it
+``replaces`` are removed only then: a replacement that is not added (below a threshold, or a
+re-statement of a live fact) removes nothing, so "replace X with Y" never becomes "forget X". A
+replacement added and then folded into a kept fact (``similarity.py``) hands its ``supersedes``
+relations to that fact, which now holds what it said.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from memstore.update.fields import (
 from memstore.update.parser import MemoryUpdate
 from memstore.update.similarity import Fold, SimilarFolds
 from memstore.update.staleness import stale_ids_to_remove
-from memstore.update.uploads import strip_upload_mentions
+from memstore.update.uploads import scrub_record_fields, strip_upload_mentions
 
 
 def _require_shape(memory: MemoryDocument) -> None:
@@ -86,7 +91,8 @@ def _add_new_facts(
     taken_ids: set[str],
     stored_ids: set[str],
 ) -> list[str]:
-    """Append the new facts that pass; the ids of live facts that a passing new fact re-stated."""
+    """Append the new facts that pass, and remove the stored facts they replace; the ids of live
+    facts that a passing new fact re-stated."""
     facts: list[dict[str, Any]] = memory["facts"]
     live: dict[str, str | None] = {}
     for existing in facts:
@@ -95,6 +101,7 @@ def _add_new_facts(
             live.setdefault(fact_content_key(content), existing_id if isinstance(existing_id, str) else None)
     seen = set(live)
     confirmed: dict[str, None] = {}
+    superseded: set[str] = set()
     for new in update["newFacts"]:
         confidence = coerce_confidence(new["confidence"])
         key = fact_content_key(new["content"])
@@ -121,9 +128,13 @@ def _add_new_facts(
         if source_error:
             fact["sourceError"] = source_error
         fact.update(stored_fields(new, new["category"]))
+        scrub_record_fields(fact)
         replaced = [fid for fid in new.get("replaces", []) if fid in stored_ids]
         with_relations(fact, [{"type": SUPERSEDES, "target": fid} for fid in replaced])
+        superseded.update(replaced)
         facts.append(fact)
+    if superseded:
+        _remove_ids(memory, superseded)
     return list(confirmed)
 
 

@@ -17,8 +17,11 @@ Text the store could not keep, or should not, is malformed too: a NUL character 
 text cannot hold it), a lone surrogate (not encodable as UTF-8), or a fact or summary longer
 than ``MAX_FACT_CHARS``/``MAX_SUMMARY_CHARS``. One such fact would otherwise fail the whole
 save, losing the valid part of the reply with it, or crowd every other fact out of injection.
-So is a new fact whose record fields (type, importance, tags, source kind, raw, structured,
-``replaces``) fail their checks (``fields.py``); the ids a fact ``replaces`` join ``factsToRemove``.
+A fact's content, category and confidence are the fail-closed core; its optional record fields
+(type, importance, tags, source kind, raw, structured, ``replaces``) are read leniently
+(``fields.py``): a slip there costs the field, never the fact. The ids a fact ``replaces`` stay on
+the fact and do not join ``factsToRemove``: the apply step removes them only when the fact that
+replaces them is stored.
 """
 
 from __future__ import annotations
@@ -37,8 +40,8 @@ from memstore.document import (
     SECTION_GROUPS,
     unstorable,
 )
-from memstore.errors import InvalidFactError, MemoryUpdateParseError, UnsafeMemoryUpdateError
-from memstore.update.fields import reply_fields
+from memstore.errors import MemoryUpdateParseError, UnsafeMemoryUpdateError
+from memstore.update.fields import finite_number, reply_fields
 
 REQUIRED_KEYS = frozenset({"user", "history", "newFacts"})
 DEFAULT_FACT_CONFIDENCE = 0.5
@@ -188,24 +191,7 @@ def _normalise_sections(raw: object, names: tuple[str, ...]) -> dict[str, Sectio
 
 def _normalise_confidence(raw: object) -> float | None:
     """A finite float, or ``None`` to reject the fact. Range clamping happens at apply time."""
-    if isinstance(raw, bool):
-        return None
-    if isinstance(raw, str):
-        raw = raw.strip()
-        if not raw:
-            return None
-        try:
-            value = float(raw)
-        except ValueError:
-            return None
-    elif isinstance(raw, int | float):
-        try:
-            value = float(raw)
-        except OverflowError:  # an integer too large for a float, e.g. 10**400
-            return None
-    else:
-        return None
-    return value if math.isfinite(value) else None
+    return finite_number(raw)
 
 
 def normalise_fact(raw: object) -> NewFact | None:
@@ -219,10 +205,7 @@ def normalise_fact(raw: object) -> NewFact | None:
     if confidence is None:
         return None
     category = storable_text(raw.get("category"), MAX_CATEGORY_CHARS) or DEFAULT_CATEGORY
-    try:
-        fields = reply_fields(raw, category)
-    except InvalidFactError:
-        return None
+    fields = reply_fields(raw, category)
     fact: NewFact = {"content": content, "category": category, "confidence": confidence}
     source_error = storable_text(raw.get("sourceError"), MAX_FACT_CHARS)
     if source_error:
@@ -302,9 +285,6 @@ def normalise_update(raw: Mapping[str, Any]) -> MemoryUpdate:
     removals = (
         [item for item in raw_removals if isinstance(item, str)] if isinstance(raw_removals, list) else []
     )
-    replaced = [fact_id for fact in new_facts for fact_id in fact.get("replaces", [])]
-    if replaced:
-        removals = list(dict.fromkeys([*removals, *replaced]))
     if removals and dropped:
         raise UnsafeMemoryUpdateError(
             "refusing a partial update: factsToRemove is set while newFacts is malformed "

@@ -13,9 +13,11 @@ staleness review and consolidation sections (``staleness.py``, ``consolidation.p
 same rules, with quotes escaped too because they quote fact text.
 
 The record fields a fact may carry (``memstore.record``) reach the memory block like any other
-key, escaped the same way, except ``raw``: the user's words behind a fact (up to
-``MAX_RAW_CHARS`` each) would multiply the prompt's size and tell the model nothing the fact's
-content does not, so they are left out of the prompt copy.
+key, escaped the same way, except ``raw`` and ``structured``: the user's words behind a fact and
+its structured form (up to ``MAX_RAW_CHARS`` and ``MAX_STRUCTURED_CHARS`` each, for every stored
+fact) would multiply the prompt's size and tell the model nothing the fact's content does not, so
+they are left out of the prompt copy. The short ones (type, importance, tags, source kind,
+relations) are shown.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from memstore.capture.filtering import memory_turns
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument
 from memstore.inject.escaping import inline_text
-from memstore.record import RAW_KEY
+from memstore.record import RAW_KEY, STRUCTURED_KEY
 from memstore.update.consolidation import consolidation_section
 from memstore.update.staleness import staleness_section
 
@@ -90,10 +92,12 @@ wants things done), preference, or profile (who the user is: role, background, g
 you inferred it;
 - "raw": the user's own words the fact came from, copied exactly (a sentence or two);
 - "structured": the fact as a small JSON object, such as {"tone": ["concise"]};
-- "replaces": ids of existing facts this fact corrects or replaces (they are removed).
+- "replaces": ids of existing facts this fact corrects or replaces (they are removed when \
+this fact is stored).
 Write facts and summaries in the language the user wrote in.
 List in "factsToRemove" the ids of existing facts that the conversation contradicts or \
-replaces. Never record that files were uploaded or attached: uploads do not persist.
+makes obsolete and that no new fact replaces (do not repeat a "replaces" id there). Never record \
+that files were uploaded or attached: uploads do not persist.
 Only set "shouldUpdate" to true when the section really changes.
 
 Reply with one JSON object and nothing else, shaped like this:
@@ -160,12 +164,19 @@ def escape_memory_for_prompt(value: Any) -> Any:
     return value
 
 
-def _without_raw(memory: MemoryDocument) -> MemoryDocument:
-    """``memory`` with each fact's ``raw`` left out (a shallow copy; the stored document is untouched)."""
+_LEFT_OUT = frozenset({RAW_KEY, STRUCTURED_KEY})
+"""The fact keys the prompt does not show (see the module doc)."""
+
+
+def _without_long_fields(memory: MemoryDocument) -> MemoryDocument:
+    """``memory`` with each fact's ``raw`` and ``structured`` left out (a shallow copy; the stored
+    document is untouched)."""
     facts = memory.get("facts")
-    if not isinstance(facts, list) or not any(isinstance(f, dict) and RAW_KEY in f for f in facts):
+    if not isinstance(facts, list) or not any(
+        isinstance(f, dict) and not _LEFT_OUT.isdisjoint(f) for f in facts
+    ):
         return memory
-    shown = [{k: v for k, v in f.items() if k != RAW_KEY} if isinstance(f, dict) else f for f in facts]
+    shown = [{k: v for k, v in f.items() if k not in _LEFT_OUT} if isinstance(f, dict) else f for f in facts]
     return {**memory, "facts": shown}
 
 
@@ -195,7 +206,7 @@ def build_update_prompt(
     conversation = format_conversation_for_update(messages)
     if not conversation.strip():
         return None
-    shown = escape_memory_for_prompt(_without_raw(current_memory))
+    shown = escape_memory_for_prompt(_without_long_fields(current_memory))
     memory_json = json.dumps(shown, indent=2, ensure_ascii=False)
     memory_json = memory_json.translate(_JSON_LINE_SEPARATORS)
     parts = [

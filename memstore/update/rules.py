@@ -35,8 +35,12 @@ only fires on an explicit statement. Work and job-like identity statements fill
 Record fields (``memstore.record``), what can be known without judgement: ``sourceKind`` is
 ``explicit_user_input`` (every rule reads the user's own statement; corrections become
 ``corrected_memory`` in the parser), ``type`` is the category's default type, ``raw`` is the
-sentence the statement was read from (whitespace collapsed, cut at ``MAX_RAW_CHARS``, left out
-when it holds text the store cannot keep), and the name, work and residence rules tag their
+text the rule matched and nothing more (the clause, or the correction's phrase, never the rest of
+the sentence or message: "I work at Acme, my password is hunter2" keeps "I work at Acme"; a clause
+whose "I" was implied keeps the user's words without it, and a leading "hi", "so" or "actually"
+is left out; whitespace collapsed, cut at
+``MAX_RAW_CHARS``, left out when it holds text the store cannot keep), and the name, work and
+residence rules tag their
 fact ``name``, ``work`` or ``location`` (a job-like identity statement ``work`` too). Importance
 is a judgement, so it stays at the default.
 
@@ -77,6 +81,7 @@ _EN_LEAD = (
     r"^(?:(?:hi|hello|hey|so|and|but|also|well|actually|honestly|btw|oh|ok|okay|yes|no|fyi)\b[,!.]?\s*)*"
 )
 _FIRST_PERSON_START = re.compile(_EN_LEAD + r"i\b", re.IGNORECASE)
+_LEAD = re.compile(_EN_LEAD, re.IGNORECASE)
 _QUESTION_END = re.compile(r"(?:[?？]|[吗呢][。！？?!.]?)\s*$")
 _TRAILING_PUNCT = " \t.,;:!?。，；：！？…~吧啊呀哦嘛"
 _PRONOUNS = {"my": "their", "our": "their", "me": "them", "myself": "themselves", "mine": "theirs"}
@@ -290,9 +295,13 @@ def _sentences(text: str) -> list[str]:
     return [" ".join(sentence.split()) for sentence in _SENTENCE_SPLIT.split(text)]
 
 
-def _clauses(text: str) -> list[tuple[str, str]]:
-    """Each clause of ``text`` with the sentence it belongs to."""
-    clauses: list[tuple[str, str]] = []
+_IMPLIED_I = "I "
+
+
+def _clauses(text: str) -> list[tuple[str, int]]:
+    """Each clause of ``text``, with how many of its leading characters are not the user's (an
+    implied subject's ``"I "``)."""
+    clauses: list[tuple[str, int]] = []
     for sentence in _sentences(text):
         if sentence and not _QUESTION_END.search(sentence):
             for part in _CLAUSE_SPLIT.split(sentence):
@@ -300,29 +309,37 @@ def _clauses(text: str) -> list[tuple[str, str]]:
                 if not part:
                     continue
                 if not _FIRST_PERSON_START.match(part):  # "Bob and Alice work at Acme" is not about the user
-                    clauses.append((sentence, part))
+                    clauses.append((part, 0))
                     continue
                 first, *implied = _IMPLIED_SUBJECT_SPLIT.split(part)
-                clauses.extend((sentence, clause) for clause in [first, *(f"I {rest}" for rest in implied)])
+                clauses.append((first, 0))
+                clauses.extend((_IMPLIED_I + rest, len(_IMPLIED_I)) for rest in implied)
     return clauses
 
 
-def _raw(sentence: str) -> str | None:
-    """The sentence a finding came from, as its ``raw``: capped, and only when the store can keep it."""
-    raw = sentence[:MAX_RAW_CHARS].strip()
+def _leading_words(text: str) -> int:
+    """How many characters of ``text`` are the leading "hi", "so", "actually" the rules skip."""
+    lead = _LEAD.match(text)
+    return lead.end() if lead is not None else 0
+
+
+def _raw(matched: str) -> str | None:
+    """The text a rule matched, as its finding's ``raw``: capped, and only when the store can keep it."""
+    raw = matched[:MAX_RAW_CHARS].strip().rstrip(",;，；").rstrip()
     return raw if raw and unstorable(raw) is None else None
 
 
 def _statement_findings(text: str) -> list[Finding]:
     findings: list[Finding] = []
-    for sentence, clause in _clauses(text):
+    for clause, implied in _clauses(text):
         for pattern, build in _RULES:
             match = pattern.match(clause)
             if match is None:
                 continue
             finding = build(match)
             if finding is not None:
-                findings.append(replace(finding, raw=_raw(sentence)))
+                said = clause[max(match.start(), implied) : match.end()]
+                findings.append(replace(finding, raw=_raw(said[_leading_words(said) :])))
             break
     return findings
 
@@ -346,7 +363,7 @@ def _correction_findings(text: str) -> list[Finding]:
         else:
             content = f"Use {target} instead of {mistake}" if mistake else f"Use {target} instead"
             source_error = f"Used {mistake} instead of {target}" if mistake else None
-        return [Finding(content, "correction", 0.95, None, source_error, raw=_raw(match.string))]
+        return [Finding(content, "correction", 0.95, None, source_error, raw=_raw(match.group(0)))]
     return []
 
 

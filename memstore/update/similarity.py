@@ -18,9 +18,14 @@ fact (private, not a fold target of this update, any category) scores at least
 ``adjudication_similarity`` makes a pair; a stored fact is in one pair at most (its closest), and
 the ``adjudication_max_candidates`` closest pairs are asked about. ``skip`` and ``update`` are
 audited like a fold (``reason`` ``adjudicated``, with the ``decision``), so the stored fact counts
-as confirmed and a save that finds it deleted meanwhile starts over. An ``update`` across the
-guarded-category line (a correction and a non-correction) is refused and both are kept, as a fold
-would be: the model may not turn a correction into an ordinary fact or the reverse. An ``update``
+as confirmed and a save that finds it deleted meanwhile starts over. A ``skip`` or ``update``
+across the guarded-category line (a correction and a non-correction) is refused and both are
+kept, as a fold would be: the model may neither drop a correction as a repeat of an ordinary fact
+(or the reverse) nor turn one into the other. A new fact that other new facts were folded into and
+that is then skipped or updated hands their fold audits to the stored fact it became (after a
+``skip``, the stored fact also takes a folded fact's higher confidence, as a fold target does).
+A new fact folded or skipped away hands its ``supersedes`` relations (``replaces``) to the fact it
+was folded into, which now holds what it said. An ``update``
 takes the new fact's wording (content, category, confidence, ``sourceError``, source kind, ``raw``,
 ``structured``) and its type, importance and tags where it states them; the stored fact keeps
 its own otherwise, with its id, dates and relations.
@@ -41,7 +46,7 @@ from memstore.record import IMPORTANCE_KEY, RAW_KEY, SOURCE_KIND_KEY, STRUCTURED
 from memstore.scope import Scope
 from memstore.storage.vectors import VectorStore
 from memstore.update.adjudication import KEEP_BOTH, Adjudicate, NearPair
-from memstore.update.fields import with_relations
+from memstore.update.fields import SUPERSEDES, with_relations
 
 MAX_FOLDED_TEXT = 500
 """Characters of the dropped fact's text kept in the audit detail."""
@@ -141,6 +146,7 @@ def fold_similar(
         result.folded.setdefault(str(into["id"]), []).append(
             _fold_detail("similar", similarity, embedder.model, fact, confidence)
         )
+        with_relations(into, _supersedes(fact))
     moved: dict[str, str] = {}
     if adjudicate is not None and config.adjudication_similarity is not None:
         stored = [f for f in kept if f.get("id") in before and str(f["id"]) not in result.folded]
@@ -213,7 +219,7 @@ def _apply_decisions(
     moved: dict[str, str] = {}
     for pair, decision in zip(pairs, decisions, strict=True):
         old_id, new_id = str(pair.old["id"]), str(pair.new["id"])
-        if decision == "update" and not _may_fold(pair.new, pair.old, guaranteed):
+        if decision in ("skip", "update") and not _may_fold(pair.new, pair.old, guaranteed):
             decision = KEEP_BOTH
         if decision == "contradicts":
             with_relations(pair.new, [{"type": "contradicts", "target": old_id}])
@@ -221,12 +227,31 @@ def _apply_decisions(
             continue
         confidence = coerce_confidence(pair.new.get("confidence"), 0.0)
         detail = _fold_detail("adjudicated", pair.similarity, model, pair.new, confidence, decision=decision)
-        result.folded.setdefault(old_id, []).append(detail)
+        # New facts folded into this one follow it to the stored fact it became (audit and confidence).
+        carried = result.folded.pop(new_id, [])
+        result.folded.setdefault(old_id, []).extend([*carried, detail])
         dropped.add(id(pair.new))
         if decision == "update":
             _take_over(pair.old, pair.new)
             moved[new_id] = old_id
+        else:
+            folded_confidence = max(
+                (d["confidence"] for d in carried if d["reason"] == "similar"), default=0.0
+            )
+            if folded_confidence > coerce_confidence(pair.old.get("confidence"), 0.0):
+                pair.old["confidence"] = folded_confidence
+            with_relations(pair.old, _supersedes(pair.new))
     return moved
+
+
+def _supersedes(fact: Fact) -> list[dict[str, str]]:
+    """``fact``'s ``supersedes`` relations: what a fact it is folded into takes over."""
+    relations = fact.get("relations")
+    return (
+        [r for r in relations if isinstance(r, dict) and r.get("type") == SUPERSEDES]
+        if isinstance(relations, list)
+        else []
+    )
 
 
 _WORDING_KEYS = ("content", "category", "confidence", "sourceError", SOURCE_KIND_KEY, RAW_KEY, STRUCTURED_KEY)

@@ -1,16 +1,27 @@
 """Upload scrubbing: uploaded files do not outlive their thread, so memory must not mention them.
 
 The mention pattern is the reference's; ``strip_upload_mentions`` removes each summary sentence
-holding one and drops each fact that does, and ``mentions_upload`` lets a stage refuse to write
-such a fact in the first place.
+holding one and drops each fact whose content does, and ``mentions_upload`` lets a stage refuse to
+write such a fact in the first place.
+
+A new fact's other text is held to the same pattern, and to an upload path or block marker
+anywhere in it, before it is stored (``scrub_record_fields``, for both extractors): a ``raw`` that
+mentions an upload is dropped whole rather than cut (the sentence rule splits at the ``.`` of a
+file name, so a cut would keep pieces of the path), so is a ``structured`` object any of whose keys
+or string values does, and so is each such tag. The fact itself is kept when its content is clean.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
+from typing import Any
 
 from memstore.document import SECTION_GROUPS, MemoryDocument
+from memstore.record import RAW_KEY, STRUCTURED_KEY, TAGS_KEY
+
+logger = logging.getLogger(__name__)
 
 # Upload mentions, as in the reference's sentence pattern (IGNORECASE)
 #   [^.!?]*\b(?:MENTION)[^.!?]*[.!?]?\s*
@@ -23,6 +34,7 @@ _UPLOAD_MENTION = re.compile(
     r"|file\s+upload|/mnt/user-data/uploads/|<uploaded_files>)",
     re.IGNORECASE,
 )
+_UPLOAD_MARKER = re.compile(r"/mnt/user-data/uploads/|<uploaded_files>", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"[.!?]")
 _SPACES = re.compile(r"\s*")
 _MULTI_SPACE = re.compile(r"  +")
@@ -30,6 +42,35 @@ _MULTI_SPACE = re.compile(r"  +")
 
 def mentions_upload(text: str) -> bool:
     return _UPLOAD_MENTION.search(text) is not None
+
+
+def _any_mention(value: object) -> bool:
+    """Whether a string anywhere in ``value`` (a JSON value; keys too) mentions an upload: the
+    reference's pattern, or an upload path or block marker anywhere (the pattern's leading ``\b``
+    misses those after a space or at the start, a quirk kept for content and summaries only)."""
+    if isinstance(value, str):
+        return mentions_upload(value) or _UPLOAD_MARKER.search(value) is not None
+    if isinstance(value, dict):
+        return any(_any_mention(key) or _any_mention(item) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return any(_any_mention(item) for item in value)
+    return False
+
+
+def scrub_record_fields(fact: dict[str, Any]) -> None:
+    """Drop ``fact``'s ``raw``, ``structured`` and each tag that mention an upload (in place)."""
+    for key in (RAW_KEY, STRUCTURED_KEY):
+        if key in fact and _any_mention(fact[key]):
+            del fact[key]
+            logger.info("a new fact's %s mentioned an upload and was dropped", key)
+    tags = fact.get(TAGS_KEY)
+    if isinstance(tags, list) and any(_any_mention(tag) for tag in tags):
+        kept = [tag for tag in tags if not _any_mention(tag)]
+        logger.info("%d tag(s) of a new fact mentioned an upload and were dropped", len(tags) - len(kept))
+        if kept:
+            fact[TAGS_KEY] = kept
+        else:
+            del fact[TAGS_KEY]
 
 
 def _upload_sentences(text: str) -> Iterator[tuple[int, int]]:

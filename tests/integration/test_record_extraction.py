@@ -101,32 +101,59 @@ def test_every_field_of_a_reply_reaches_the_stored_fact(
 
 
 @pytest.mark.parametrize(
-    "bad",
+    ("slip", "stored"),
     [
-        {"type": "memory"},
-        {"importance": 2},
-        {"tags": [f"t{i}" for i in range(17)]},
-        {"raw": "x" * 4_001},
-        {"structured": {"a": {"b": {"c": {"d": {"e": 1}}}}}},
-        {"sourceKind": "system_generated"},
+        ({"type": "memory"}, {"type": None}),
+        ({"type": "PROCEDURAL"}, {"type": "procedural"}),
+        ({"importance": 2}, {"importance": 1.0}),
+        ({"importance": "0.8"}, {"importance": 0.8}),
+        ({"tags": [f"t{i:02}" for i in range(17)]}, {"tags": [f"t{i:02}" for i in range(16)]}),
+        ({"tags": ["tone", "a,b"]}, {"tags": ["tone"]}),
+        ({"raw": "x" * 4_001}, {"raw": "x" * 4_000}),
+        ({"structured": {"a": {"b": {"c": {"d": {"e": 1}}}}}}, {"structured": None}),
+        ({"sourceKind": "system_generated"}, {"sourceKind": None}),
     ],
-    ids=["type", "importance", "17-tags", "huge-raw", "deep-structured", "source-kind"],
+    ids=[
+        "type",
+        "type-case",
+        "importance",
+        "importance-text",
+        "17-tags",
+        "bad-tag",
+        "huge-raw",
+        "deep-structured",
+        "source-kind",
+    ],
 )
-def test_a_hostile_field_costs_its_fact_and_with_removals_the_whole_reply(
+def test_a_slip_in_an_optional_field_costs_the_field_not_the_fact_nor_the_reply(
     sql_storage: SqlMemoryStorage,
     isolated_config: MemoryConfig,
     openai_server: OpenAIStubServer,
-    bad: dict[str, Any],
+    slip: dict[str, Any],
+    stored: dict[str, Any],
 ) -> None:
     with_llm(isolated_config, openai_server)
     sql_storage.save(doc(fact("fact_00000001", "User lives in Oslo")), user_id="alice")
     plain = {"content": "User works at Acme", "category": "context", "confidence": 0.9}
-    openai_server.script(update_reply([{**FULL, **bad}, plain], remove=["fact_00000001"]))
+    openai_server.script(update_reply([{**FULL, **slip}, plain], remove=["fact_00000001"]))
+    assert update()  # applied whole: the removal comes with every fact the reply gave
+    facts = facts_by_content(sql_storage)
+    assert set(facts) == {"User prefers concise answers", "User works at Acme"}
+    [(key, expected)] = stored.items()
+    kept = facts["User prefers concise answers"]
+    assert kept.get(key) == expected
+    assert kept["content"] == FULL["content"] and kept["importance"] == stored.get("importance", 0.8)
+
+
+def test_a_bad_confidence_still_costs_its_fact_and_with_removals_the_whole_reply(
+    sql_storage: SqlMemoryStorage, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
+) -> None:
+    with_llm(isolated_config, openai_server)
+    sql_storage.save(doc(fact("fact_00000001", "User lives in Oslo")), user_id="alice")
+    plain = {"content": "User works at Acme", "category": "context", "confidence": 0.9}
+    openai_server.script(update_reply([{**FULL, "confidence": "high"}, plain], remove=["fact_00000001"]))
     assert not update()  # refused as a whole: the removal must not apply without its replacement
     assert set(facts_by_content(sql_storage)) == {"User lives in Oslo"}
-    openai_server.script(update_reply([{**FULL, **bad}, plain]))
-    assert update()
-    assert set(facts_by_content(sql_storage)) == {"User lives in Oslo", "User works at Acme"}
 
 
 def test_the_importance_threshold_drops_what_matters_less_counting_an_unstated_importance_as_half(
@@ -190,6 +217,56 @@ def test_a_correction_that_replaces_a_fact_supersedes_it(
     new = stored["Use pnpm for this repo, not npm"]
     assert new["relations"] == [{"type": "supersedes", "target": "fact_00000001"}]
     assert new["sourceKind"] == "corrected_memory"
+
+
+@pytest.mark.parametrize(
+    "refused",
+    [{"confidence": 0.6}, {"importance": 0.2}],
+    ids=["below-confidence", "below-importance"],
+)
+def test_a_replacement_that_is_not_stored_removes_nothing(
+    sql_storage: SqlMemoryStorage,
+    isolated_config: MemoryConfig,
+    openai_server: OpenAIStubServer,
+    refused: dict[str, Any],
+) -> None:
+    with_llm(isolated_config, openai_server, fact_importance_threshold=0.3)
+    sql_storage.save(doc(fact("fact_00000001", "User prefers coffee", 0.9, "preference")), user_id="alice")
+    tea = {"content": "User prefers tea", "category": "preference", "confidence": 0.9}
+    openai_server.script(update_reply([{**tea, "replaces": ["fact_00000001"], **refused}]))
+    assert update()
+    [kept] = sql_storage.load(user_id="alice")["facts"]
+    assert (kept["id"], kept["content"]) == ("fact_00000001", "User prefers coffee")
+    assert "relations" not in kept
+    # Stored, it replaces the fact and supersedes it.
+    openai_server.script(update_reply([{**tea, "replaces": ["fact_00000001"]}]))
+    assert update()
+    [new] = sql_storage.load(user_id="alice")["facts"]
+    assert new["relations"] == [{"type": "supersedes", "target": "fact_00000001"}]
+
+
+def test_the_prompt_shows_stored_facts_without_raw_or_structured(
+    sql_storage: SqlMemoryStorage, isolated_config: MemoryConfig, openai_server: OpenAIStubServer
+) -> None:
+    with_llm(isolated_config, openai_server)
+    openai_server.script(update_reply([FULL]), update_reply())
+    assert update() and update()
+    memory_block = user_prompt(openai_server.requests[1]).split("</current_memory>")[0]
+    assert "User prefers concise answers" in memory_block and '"importance": 0.8' in memory_block
+    assert '"structured"' not in memory_block and "priority" not in memory_block
+    assert '"raw"' not in memory_block and "Please keep it short" not in memory_block
+
+
+def test_the_rules_extractor_keeps_only_the_words_it_matched_and_no_upload_path(
+    sql_storage: SqlMemoryStorage,
+) -> None:
+    said = "I work at Acme, my password is hunter2. I live in Oslo, my CV is /mnt/user-data/uploads/cv.pdf"
+    assert MemoryUpdater().update_memory([{"role": "user", "content": said}], thread_id="t", user_id="alice")
+    stored = facts_by_content(sql_storage)
+    assert stored["User works at Acme"]["raw"] == "I work at Acme"
+    assert stored["User lives in Oslo"]["raw"] == "I live in Oslo"
+    loaded = json.dumps(sql_storage.load(user_id="alice"))
+    assert "hunter2" not in loaded and "uploads" not in loaded
 
 
 def test_consolidation_writes_derived_from_for_each_source(
@@ -330,3 +407,25 @@ def test_adjudication_switched_off_asks_nothing_and_keeps_both(
     assert update()
     assert len(openai_server.requests) == 1
     assert len(adjudicating.load(user_id="alice")["facts"]) == 8
+
+
+def test_a_replacement_skipped_as_a_repeat_hands_its_supersedes_to_the_stored_fact(
+    adjudicating: SqlMemoryStorage, openai_server: OpenAIStubServer
+) -> None:
+    memory = adjudicating.load(user_id="alice")
+    memory["facts"].append(fact("fact_0000000e", "User prefers espresso"))
+    adjudicating.save(memory, user_id="alice")
+    repeat = {"content": "User likes green tea daily", "category": "context", "confidence": 0.9}
+
+    def reply(body: dict[str, Any]) -> str:
+        if "<near_duplicates>" not in user_prompt(body):
+            return update_reply([{**repeat, "replaces": ["fact_0000000e"]}])
+        return json.dumps({"decisions": [{"pair": 1, "decision": "skip"}]})
+
+    openai_server.default_reply = reply
+    assert update()
+    stored = {f["id"]: f for f in adjudicating.load(user_id="alice")["facts"]}
+    assert set(stored) == set(STORED)  # the replaced fact is gone, the repeat was not added
+    assert stored["fact_0000000b"]["content"] == "User likes green tea"
+    assert stored["fact_0000000b"]["relations"] == [{"type": "supersedes", "target": "fact_0000000e"}]
+    assert [d["decision"] for d in history_details(adjudicating, "fact_0000000b")] == ["skip"]

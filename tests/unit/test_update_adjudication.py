@@ -166,10 +166,44 @@ def test_add_keeps_both_untouched() -> None:
     assert by_id(folds) == {"fact_old": LIKES, "fact_new": new} and folds.folded == {}
 
 
-def test_an_update_across_the_correction_line_keeps_both() -> None:
-    correction = fact("fact_new", "User likes coffee a lot", "correction")
-    folds = fold([LIKES], [correction], TABLE, ScriptedDecisions({"User likes coffee a lot": "update"}))
-    assert by_id(folds) == {"fact_old": LIKES, "fact_new": correction} and folds.folded == {}
+@pytest.mark.parametrize("decision", ["update", "skip"])
+@pytest.mark.parametrize("correction_is_new", [True, False], ids=["new-correction", "stored-correction"])
+def test_an_update_or_skip_across_the_correction_line_keeps_both(
+    decision: str, correction_is_new: bool
+) -> None:
+    if correction_is_new:
+        stored, new = LIKES, fact("fact_new", "User likes coffee a lot", "correction")
+    else:
+        stored, new = {**LIKES, "category": "correction"}, fact("fact_new", "User likes coffee a lot")
+    folds = fold([stored], [new], TABLE, ScriptedDecisions({"User likes coffee a lot": decision}))
+    assert by_id(folds) == {"fact_old": stored, "fact_new": new} and folds.folded == {}
+
+
+@pytest.mark.parametrize("decision", ["skip", "update"])
+def test_a_fold_into_a_new_fact_follows_it_to_the_stored_fact_it_became(decision: str) -> None:
+    table = {**TABLE, "User likes coffee a lot!": at(0.93)}  # the same vector as n1: folds into it
+    n1 = fact("fact_n1", "User likes coffee a lot")
+    n2 = fact("fact_n2", "User likes coffee a lot!", confidence=0.95)
+    folds = fold([LIKES], [n1, n2], table, ScriptedDecisions({"User likes coffee a lot": decision}))
+    assert set(by_id(folds)) == {"fact_old"} and set(folds.folded) == {"fact_old"}
+    details = folds.folded["fact_old"]
+    assert [(d["reason"], d.get("decision"), d["content"]) for d in details] == [
+        ("similar", None, "User likes coffee a lot!"),
+        ("adjudicated", decision, "User likes coffee a lot"),
+    ]
+    # The folded fact's confidence is not lost: the stored fact takes the higher one, as a fold target.
+    assert by_id(folds)["fact_old"]["confidence"] == 0.95
+
+
+def test_a_replacement_skipped_or_folded_hands_its_supersedes_to_the_fact_kept() -> None:
+    supersedes = [{"type": "supersedes", "target": "fact_gone"}]
+    table = {**TABLE, "User likes coffee!": at(0.99)}
+    skipped = fact("fact_a", "User likes coffee a lot", relations=supersedes)
+    folded = fact("fact_b", "User likes coffee!", relations=supersedes)
+    for new in (skipped, folded):
+        folds = fold([LIKES], [new], table, ScriptedDecisions({"User likes coffee a lot": "skip"}))
+        assert set(by_id(folds)) == {"fact_old"}
+        assert by_id(folds)["fact_old"]["relations"] == supersedes
 
 
 # --- which pairs are asked about ----------------------------------------------------------------
