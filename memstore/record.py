@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
@@ -73,6 +74,8 @@ MAX_RELATION_TARGET_CHARS = 64
 
 _JSON_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 """NUL as JSON text escapes it (``\\u0000``), told apart from the six characters ``\\u0000`` typed."""
+_INVISIBLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+"""Control, format (bidi overrides), line and paragraph separators: nothing a label needs."""
 _TAG = re.compile(r"[^\x00-\x1f\x7f,]+")
 """Any printable text without a comma: tags are labels, and a comma is the CLI's list separator."""
 
@@ -100,7 +103,8 @@ def checked_tag(value: object) -> str:
     if not isinstance(value, str):
         raise InvalidFactError(TAGS_KEY, "each tag must be text")
     tag = value.strip()
-    if not 0 < len(tag) <= MAX_TAG_CHARS or not _TAG.fullmatch(tag) or unstorable(tag):
+    invisible = any(unicodedata.category(char) in _INVISIBLE for char in tag)
+    if not 0 < len(tag) <= MAX_TAG_CHARS or invisible or not _TAG.fullmatch(tag) or unstorable(tag):
         raise InvalidFactError(
             TAGS_KEY, f"each tag must be 1 to {MAX_TAG_CHARS} printable characters without a comma"
         )

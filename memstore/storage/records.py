@@ -176,6 +176,18 @@ class FactRecord:
         )
 
 
+def owners_words_kept(page: FactPage, reader: str | None) -> FactPage:
+    """``page`` with another owner's ``raw`` and ``structured`` left out: sharing a fact shares its
+    summary, never the words it came from (``reader`` None is an operator's listing, which keeps them)."""
+    if reader is None or all(record.user_id == reader for record in page.facts):
+        return page
+    facts = [
+        record if record.user_id == reader else replace(record, raw=None, structured=None)
+        for record in page.facts
+    ]
+    return replace(page, facts=facts)
+
+
 def with_scores(records: list[FactRecord], policy: RetentionPolicy, now: datetime) -> list[FactRecord]:
     """``records`` with ``score`` and ``decay`` filled in, in the same order."""
     scored = []

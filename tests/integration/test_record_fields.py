@@ -233,7 +233,7 @@ def test_relations_read_both_ways_inside_the_scope(provider: str) -> None:
         assert (superseded.fact_id, superseded.live) == (ids["plain"], False)
 
 
-def test_other_owners_shared_facts_show_record_keys_but_not_relations(provider: str) -> None:
+def test_other_owners_shared_facts_show_labels_but_not_words_or_relations(provider: str) -> None:
     if provider == "file":
         pytest.skip("the file provider shares no facts")
     _, shared = create_memory_fact_with_created_fact(
@@ -247,10 +247,20 @@ def test_other_owners_shared_facts_show_record_keys_but_not_relations(provider: 
     assert get_memory_storage().save(memory, user_id="bob")
     visible = get_memory_storage().visible_facts(user_id="alice")  # type: ignore[attr-defined]
     [seen] = [fact for fact in visible if fact["id"] == shared["id"]]
-    assert {key: seen[key] for key in STORED} == STORED
-    assert "relations" not in seen and seen["visibility"] == "public"
+    # Sharing shares the summary and its labels, never the owner's own words or structured form.
+    summary_keys = {key: value for key, value in STORED.items() if key not in ("raw", "structured")}
+    assert {key: seen[key] for key in summary_keys} == summary_keys
+    assert not {"relations", "raw", "structured"} & set(seen) and seen["visibility"] == "public"
     [found] = search_memory_facts("Fridays", user_id="alice")
-    assert found["tags"] == ["editor", "work"] and "relations" not in found
+    assert found["tags"] == ["editor", "work"] and not {"relations", "raw", "structured"} & set(found)
+    for listing in (
+        list_facts(FactFilter(user_id="alice", tag="work")).facts,
+        search_facts("Fridays", FactFilter(user_id="alice")).facts,
+    ):
+        [record] = listing
+        assert (record.user_id, record.raw, record.structured) == ("bob", None, None)
+    [own] = list_facts(FactFilter(user_id="bob", tag="work")).facts
+    assert (own.raw, own.structured) == (STORED["raw"], STORED["structured"])
 
 
 def test_an_import_checks_the_record_keys_and_carries_them() -> None:

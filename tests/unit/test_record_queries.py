@@ -10,7 +10,7 @@ import pytest
 from memstore.config import MemoryConfig
 from memstore.errors import InvalidFactError, QueryError
 from memstore.ops.record_fields import MemoryType, RecordFields, SourceKind
-from memstore.record import MEMORY_TYPES, SOURCE_KINDS
+from memstore.record import MEMORY_TYPES, SOURCE_KINDS, checked_tag
 from memstore.retention import RetentionPolicy
 from memstore.storage.records import FactFilter, FactRecord, FactRelations, Relation, with_scores
 
@@ -136,3 +136,11 @@ def test_record_fields_set_values_and_sort_tags() -> None:
     }
     assert fields.held_by(applied)
     assert RecordFields.of().applied_to({"id": "f"}) == {"id": "f"}
+
+
+@pytest.mark.parametrize("tag", ["a\u009b31m", "a\u202eb", "a\u2028b", "a\u200bb"])
+def test_a_tag_holds_no_control_or_format_character(tag: str) -> None:
+    """An 8-bit CSI, a bidi override or a line separator would reach terminals through --json."""
+    with pytest.raises(InvalidFactError, match="tags"):
+        checked_tag(tag)
+    assert checked_tag(" 标签 ") == "标签"

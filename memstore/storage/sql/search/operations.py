@@ -22,6 +22,7 @@ from memstore.storage.records import (
     FactRelations,
     HistoryEntry,
     MemoryStats,
+    owners_words_kept,
 )
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.maintenance.operator import operator_engine
@@ -63,7 +64,7 @@ class SqlQueries:
     def query_facts(
         self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
     ) -> FactPage:
-        return queries.query_facts(
+        page = queries.query_facts(
             lambda: self._reading(where.user_id),
             where,
             search=search,
@@ -73,6 +74,7 @@ class SqlQueries:
             policy=self._retention,
             identity=self._identity,
         )
+        return owners_words_kept(page, where.user_id)
 
     def stats(self) -> MemoryStats:
         """Every tenant's totals: an operator's figure, read on the operator connection."""

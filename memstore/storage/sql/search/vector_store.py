@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from memstore.document import fact_content_key
 from memstore.errors import StorageUnavailableError
 from memstore.scope import DEFAULT_IDENTITY, Identity, Scope
-from memstore.storage.records import FactFilter, FactPage
+from memstore.storage.records import FactFilter, FactPage, owners_words_kept
 from memstore.storage.sql.identity import reading, set_identity
 from memstore.storage.sql.search import embeddings
 from memstore.storage.sql.search.semantic import nearest_facts, vector_backend
@@ -143,7 +143,7 @@ class SqlVectorStore:
         try:
             # Not the autocommit reader: the exact scan streams through a server-side cursor.
             identity = replace(self._identity, user_id=where.user_id)
-            return nearest_facts(
+            page = nearest_facts(
                 lambda: reading(self._engine, self._engine, identity),
                 where,
                 self._identity,
@@ -152,6 +152,7 @@ class SqlVectorStore:
                 limit=limit,
                 offset=offset,
             )
+            return owners_words_kept(page, where.user_id)
         except DBAPIError as exc:
             raise self._unavailable(exc, "search fact vectors") from exc
 

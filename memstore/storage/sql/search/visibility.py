@@ -16,7 +16,7 @@ from sqlalchemy import Connection, and_, exists, false, func, literal_column, or
 from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.document import as_utc, format_timestamp
-from memstore.record import RELATIONS_KEY
+from memstore.record import RAW_KEY, RELATIONS_KEY, STRUCTURED_KEY
 from memstore.scope import ADMIN_ROLE, Identity
 from memstore.storage.sql.documents.codec import FactValues, decode_fact
 from memstore.storage.sql.documents.grants import PRIVATE, SHARED
@@ -129,8 +129,9 @@ def _document_fact(row: Any) -> dict[str, Any]:
         )
         decoded = decode_fact(values)
         # Never another owner's grant lists (kept verbatim in extra when they were given unsorted):
-        # they name the other users the fact is shared with.
-        for key in ("allowedUsers", "allowedRoles", RELATIONS_KEY):
+        # they name the other users the fact is shared with; nor the owner's own words and
+        # structured form, nor relations naming the owner's other facts: sharing shares the summary.
+        for key in ("allowedUsers", "allowedRoles", RELATIONS_KEY, RAW_KEY, STRUCTURED_KEY):
             decoded.pop(key, None)
         return decoded
     fact: dict[str, Any] = {
