@@ -379,8 +379,23 @@ def unknown_env_settings(environ: Mapping[str, str] = os.environ) -> list[str]:
     return messages
 
 
-def load_memory_config(path: str | os.PathLike[str] | None = None) -> MemoryConfig:
-    """Read the YAML file (argument, else ``$MEMSTORE_CONFIG``), then let ``MEMSTORE_<FIELD>`` win.
+def ignored_env_settings(config: MemoryConfig, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The ``MEMSTORE_<FIELD>`` variables that ``config``, built in code, leaves unread.
+
+    ``MemoryConfig(...)`` reads no environment: a deployment that sets
+    ``MEMSTORE_EMBEDDING_PROVIDER`` and hands the middleware a config made in code ran without
+    embeddings, with no sign of it. Fields the code set itself are its choice and not listed.
+    """
+    return sorted(
+        ENV_PREFIX + field.upper()
+        for field in MemoryConfig.model_fields
+        if field not in config.model_fields_set and ENV_PREFIX + field.upper() in environ
+    )
+
+
+def load_memory_config(path: str | os.PathLike[str] | None = None, **overrides: Any) -> MemoryConfig:
+    """Read the YAML file (argument, else ``$MEMSTORE_CONFIG``), then let ``MEMSTORE_<FIELD>`` win,
+    then ``overrides``: the way to build a config in code that still reads the environment.
 
     A ``MEMSTORE_*`` variable that names no setting is logged at WARNING as a likely typo.
     """
@@ -390,7 +405,7 @@ def load_memory_config(path: str | os.PathLike[str] | None = None) -> MemoryConf
     from_file = _read_yaml_section(Path(config_path)) if config_path else {}
     # Exact names only: pydantic-settings would match the file's keys in any case, and take
     # keys such as _env_file as its own options.
-    unknown = [key for key in from_file if key not in MemoryConfig.model_fields]
+    unknown = [key for key in (*from_file, *overrides) if key not in MemoryConfig.model_fields]
     if unknown:
         problems = "; ".join(f"{key}: Extra inputs are not permitted" for key in unknown)
         raise ConfigError(f"invalid memory config: {problems}")
@@ -402,8 +417,14 @@ def load_memory_config(path: str | os.PathLike[str] | None = None) -> MemoryConf
         if isinstance(exc.__cause__, ConfigError):
             raise exc.__cause__ from None
         raise ConfigError(f"invalid memory config: {exc}") from exc
+    values = dict(loaded)
+    if overrides:
+        try:
+            values = MemoryConfig(**{**values, **overrides}).model_dump()
+        except ValidationError as exc:
+            raise ConfigError(f"invalid memory config: {_problems(exc)}") from exc
     # A plain MemoryConfig, equal to one built by hand with the same values.
-    return MemoryConfig.model_construct(loaded.model_fields_set, **dict(loaded))
+    return MemoryConfig.model_construct(loaded.model_fields_set | set(overrides), **values)
 
 
 _config: MemoryConfig | None = None

@@ -21,7 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
 from memstore.capture.conversation import capture_conversation
-from memstore.config import MemoryConfig, get_memory_config
+from memstore.config import MemoryConfig, get_memory_config, ignored_env_settings
 from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
 from memstore.gateway.ranking import injection_scores
 from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
@@ -46,6 +46,13 @@ class MemoryMiddleware:
     def __init__(self, agent_name: str | None = None, config: MemoryConfig | None = None) -> None:
         self._agent_name = agent_name
         self._config = config
+        ignored = ignored_env_settings(config) if config is not None else []
+        if ignored:
+            logger.warning(
+                "memstore: this MemoryConfig was built in code and ignores %s; build it with "
+                "memstore.load_memory_config(**settings) to read the environment too",
+                ", ".join(ignored),
+            )
 
     @property
     def agent_name(self) -> str | None:

@@ -210,3 +210,34 @@ def test_an_unreadable_file_is_an_error_naming_it(tmp_path: Path) -> None:
         load_memory_config(binary)
     with pytest.raises(ConfigError, match=f"^cannot read memory config file {tmp_path}: "):
         load_memory_config(tmp_path)
+
+
+def test_load_memory_config_takes_code_values_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one way to build a config in code that still reads MEMSTORE_*: code wins, env fills in."""
+    monkeypatch.setenv("MEMSTORE_EMBEDDING_PROVIDER", "local")
+    monkeypatch.setenv("MEMSTORE_MAX_FACTS", "200")
+    config = load_memory_config(max_facts=300, debounce_seconds=5)
+    assert (config.embedding_provider, config.max_facts, config.debounce_seconds) == ("local", 300, 5)
+    assert type(config) is MemoryConfig
+    with pytest.raises(ConfigError, match="max_facts"):
+        load_memory_config(max_facts=5)
+    with pytest.raises(ConfigError, match="no_such_setting"):
+        load_memory_config(no_such_setting=1)
+
+
+def test_a_config_built_in_code_warns_of_the_environment_it_ignores(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from memstore.gateway.middleware import MemoryMiddleware
+
+    monkeypatch.setenv("MEMSTORE_EMBEDDING_PROVIDER", "local")
+    monkeypatch.setenv("MEMSTORE_MAX_FACTS", "200")
+    with caplog.at_level(logging.WARNING, logger="memstore.gateway.middleware"):
+        MemoryMiddleware(config=MemoryConfig(max_facts=300))  # max_facts is the code's choice
+    assert "ignores MEMSTORE_EMBEDDING_PROVIDER;" in caplog.text
+    assert "MEMSTORE_MAX_FACTS" not in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memstore.gateway.middleware"):
+        MemoryMiddleware(config=load_memory_config())
+        MemoryMiddleware()
+    assert "ignores" not in caplog.text
