@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from tests.support.embedding_vectors import DIMENSION, term_vector
 
@@ -202,20 +202,27 @@ def _make_handler(state: OpenAIStubServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class RunningServer:
-    """Context manager that serves ``state`` on an ephemeral loopback port."""
+class _HasBaseUrl(Protocol):
+    base_url: str
 
-    def __init__(self) -> None:
-        self.state = OpenAIStubServer()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self.state))
+
+StubState = TypeVar("StubState", bound=_HasBaseUrl)
+
+
+class ServedStub(Generic[StubState]):
+    """Context manager that serves a stub's ``state`` with ``handler`` on an ephemeral loopback port."""
+
+    def __init__(self, state: StubState, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.state = state
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         host, port = self._server.server_address[:2]
-        self.state.base_url = f"http://{host!s}:{port}/v1"
+        state.base_url = f"http://{host!s}:{port}/v1"
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
 
-    def __enter__(self) -> OpenAIStubServer:
+    def __enter__(self) -> StubState:
         self._thread.start()
         return self.state
 
@@ -223,3 +230,11 @@ class RunningServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+class RunningServer(ServedStub[OpenAIStubServer]):
+    """Serves an ``OpenAIStubServer`` on an ephemeral loopback port."""
+
+    def __init__(self) -> None:
+        state = OpenAIStubServer()
+        super().__init__(state, _make_handler(state))

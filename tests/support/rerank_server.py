@@ -13,8 +13,10 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.support.openai_server import ServedStub
 
 _WORD = re.compile(r"\w+")
 
@@ -89,24 +91,9 @@ def _make_handler(state: RerankStubServer) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-class RunningRerankServer:
-    """Context manager that serves a ``RerankStubServer`` on an ephemeral loopback port."""
+class RunningRerankServer(ServedStub[RerankStubServer]):
+    """Serves a ``RerankStubServer`` on an ephemeral loopback port."""
 
     def __init__(self) -> None:
-        self.state = RerankStubServer()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self.state))
-        self._server.daemon_threads = True
-        host, port = self._server.server_address[:2]
-        self.state.base_url = f"http://{host!s}:{port}/v1"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def __enter__(self) -> RerankStubServer:
-        self._thread.start()
-        return self.state
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        state = RerankStubServer()
+        super().__init__(state, _make_handler(state))

@@ -23,7 +23,13 @@ import orjson
 from sqlalchemy import Connection, TextualSelect, column, text
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
-from memstore.record import DEFAULT_IMPORTANCE, DEFAULT_SOURCE_KIND, default_type
+from memstore.record import (
+    DEFAULT_IMPORTANCE,
+    DEFAULT_SOURCE_KIND,
+    FALLBACK_TYPE,
+    TYPE_OF_CATEGORY,
+    default_type,
+)
 from memstore.storage.sql.documents.cache import CacheEntry, incarnation, stamp_of
 from memstore.storage.sql.documents.codec import (
     EMPTY_SECTION,
@@ -65,14 +71,15 @@ _GRANTS = (
 _LIVE = "FROM memory_facts f WHERE f.scope_id = s.id AND f.deleted_revision IS NULL"
 # The record columns (``record_values.Record``) as one array, NULL when all hold their defaults
 # (nearly every fact); tags and relations come once per scope (``_LINKS``), not once per fact.
+# The record's defaults (``memstore.record``), spelled once here as SQL literals.
 _TYPE_OF_CATEGORY = (
-    "CASE f.category WHEN 'preference' THEN 'preference' WHEN 'knowledge' THEN 'semantic' "
-    "WHEN 'context' THEN 'episodic' WHEN 'behavior' THEN 'procedural' WHEN 'goal' THEN 'profile' "
-    "ELSE 'semantic' END"
+    "CASE f.category "
+    + " ".join(f"WHEN '{category}' THEN '{kind}'" for category, kind in TYPE_OF_CATEGORY.items())
+    + f" ELSE '{FALLBACK_TYPE}' END"
 )
 _RECORD = (
-    "CASE WHEN f.importance <> 0.5 OR f.source_kind <> 'implicit_inference' OR f.raw IS NOT NULL "
-    f"OR f.structured IS NOT NULL OR f.memory_type <> {_TYPE_OF_CATEGORY} "
+    f"CASE WHEN f.importance <> {DEFAULT_IMPORTANCE} OR f.source_kind <> '{DEFAULT_SOURCE_KIND}' "
+    f"OR f.raw IS NOT NULL OR f.structured IS NOT NULL OR f.memory_type <> {_TYPE_OF_CATEGORY} "
     "THEN {pair}(f.memory_type, f.importance, f.source_kind, f.raw, {structured}) END"
 )
 _LINKS = (
