@@ -77,7 +77,10 @@ class MemoryConfig(BaseModel):
     auto_migrate: bool = False
     debounce_seconds: int = Field(default=30, ge=1, le=300)
     model_name: str | None = None
-    max_facts: int = Field(default=100, ge=10, le=500)
+    # Facts kept per scope. Past 500 only on the SQL provider (the file provider rewrites the whole
+    # document per save); the update prompt then shows the update_prompt_max_facts most relevant.
+    max_facts: int = Field(default=100, ge=10, le=20_000)
+    update_prompt_max_facts: int = Field(default=200, ge=20, le=2000)
     # Live facts one tenant may hold across all its users; unset: no cap (SQL provider).
     tenant_max_facts: int | None = Field(default=None, ge=1)
     fact_confidence_threshold: float = Field(default=0.7, ge=0.0, le=1.0)
@@ -153,6 +156,12 @@ class MemoryConfig(BaseModel):
     relevance_fulltext_weight: float = Field(default=1.0, ge=0.0, le=10.0)
     relevance_confidence_weight: float = Field(default=0.1, ge=0.0, le=10.0)
     relevance_recency_weight: float = Field(default=0.05, ge=0.0, le=10.0)
+    # Full-text search: "any" word of the query ranked by BM25 (stopwords dropped), or "all" of them.
+    fulltext_match: Literal["any", "all"] = "any"
+    # Candidates each retriever (vectors, full-text index) gives a hybrid search (docs/performance.md).
+    hybrid_pool: int = Field(default=50, ge=10, le=500)
+    # Each injected fact line carries the date it was stated ("- [category | 0.90 | 2026-05-08] ...").
+    injection_fact_dates: bool = True
     access_tracking: bool = True
     access_interval_seconds: float = Field(default=300.0, ge=1, le=86_400)
     # Memory records (memstore.record): what extraction keeps, and the near-duplicates the LLM
@@ -174,43 +183,11 @@ class MemoryConfig(BaseModel):
     # when on; off, they are hidden and restored on DeerFlow's saves (integrations.deerflow.record_view).
     deerflow_record_fields: bool = False
 
-    @field_validator(
-        "shutdown_timeout_seconds",
-        "llm_timeout_seconds",
-        "fact_confidence_threshold",
-        "update_retry_base_seconds",
-        "update_retry_max_seconds",
-        "memory_context_timeout_seconds",
-        "write_lock_timeout_seconds",
-        "write_statement_timeout_seconds",
-        "queue_lease_seconds",
-        "queue_poll_seconds",
-        "queue_enqueue_timeout_seconds",
-        "ready_max_queue_lag_seconds",
-        "eviction_confidence_weight",
-        "eviction_confirmation_weight",
-        "eviction_access_weight",
-        "confirmation_half_life_days",
-        "access_half_life_days",
-        "eviction_reserved_fraction",
-        "expire_below",
-        "lifecycle_interval_seconds",
-        "access_interval_seconds",
-        "embedding_timeout_seconds",
-        "dedup_similarity",
-        "relevance_semantic_weight",
-        "relevance_fulltext_weight",
-        "relevance_confidence_weight",
-        "relevance_recency_weight",
-        "fact_importance_threshold",
-        "adjudication_similarity",
-        "relevance_importance_weight",
-        "relevance_decay_weight",
-        "rerank_timeout_seconds",
-    )
+    @field_validator("*")
     @classmethod
-    def _finite(cls, value: float | None) -> float | None:
-        if value is not None and not math.isfinite(value):
+    def _finite(cls, value: Any) -> Any:
+        """No setting takes NaN or infinity (pydantic's floats would)."""
+        if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("must be a finite number")
         return value
 

@@ -27,7 +27,6 @@ search adds it to its own fusion); ``standing_order`` orders facts without a que
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,71 +39,11 @@ import numpy as np
 from memstore.config import MemoryConfig
 from memstore.document import coerce_confidence, parse_timestamp
 from memstore.retention import Candidate, FactSignals, RetentionPolicy, candidate_of
+from memstore.storage.search_text import query_terms, text_terms
 
 MAX_QUERY_CHARS = 2000
 """Only the start of a longer query is ranked against (a pasted document is not a question)."""
 
-_WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]+")
-STOP_WORDS = frozenset(
-    {
-        "a",
-        "an",
-        "and",
-        "are",
-        "as",
-        "at",
-        "be",
-        "but",
-        "by",
-        "can",
-        "could",
-        "do",
-        "does",
-        "for",
-        "from",
-        "had",
-        "has",
-        "have",
-        "how",
-        "i",
-        "if",
-        "in",
-        "into",
-        "is",
-        "it",
-        "its",
-        "me",
-        "my",
-        "of",
-        "on",
-        "or",
-        "our",
-        "should",
-        "so",
-        "that",
-        "the",
-        "their",
-        "them",
-        "they",
-        "this",
-        "to",
-        "was",
-        "we",
-        "what",
-        "when",
-        "where",
-        "which",
-        "who",
-        "why",
-        "will",
-        "with",
-        "would",
-        "you",
-        "your",
-    }
-)
-"""English function words: shared by questions and facts alike, they rank nothing."""
 _BM25_K1 = 1.2
 _BM25_B = 0.75
 
@@ -140,22 +79,6 @@ class RelevanceWeights:
         return self.importance > 0 or self.decay > 0
 
 
-def text_terms(text: str) -> tuple[str, ...]:
-    """Lower-cased words; runs of CJK characters become their character bigrams (or the lone character)."""
-    terms: list[str] = []
-    for word in _WORD.findall(text.casefold()):
-        start = 0
-        for run in _CJK.finditer(word):
-            if run.start() > start:
-                terms.append(word[start : run.start()])
-            chars = run.group()
-            terms.extend([chars] if len(chars) == 1 else [chars[i : i + 2] for i in range(len(chars) - 1)])
-            start = run.end()
-        if start < len(word):
-            terms.append(word[start:])
-    return tuple(terms)
-
-
 @lru_cache(maxsize=20_000)
 def _term_counts(text: str) -> tuple[int, dict[str, int]]:
     """A stored text's length in terms and its term counts, cached: facts recur on every request."""
@@ -165,7 +88,7 @@ def _term_counts(text: str) -> tuple[int, dict[str, int]]:
 
 def bm25_scores(query: str, texts: Sequence[str]) -> list[float]:
     """BM25 of ``query``'s terms in each text, with document frequencies from ``texts`` themselves."""
-    wanted = set(text_terms(query[:MAX_QUERY_CHARS])) - STOP_WORDS
+    wanted = set(query_terms(query[:MAX_QUERY_CHARS]))
     if not wanted or not texts:
         return [0.0] * len(texts)
     documents = [_term_counts(text) for text in texts]

@@ -57,8 +57,8 @@ def search_memory_facts(
 ) -> list[Fact]:
     """The scope's facts that match ``query``, best first; returns copies of the stored facts.
 
-    ``fulltext``: on the SQL provider the full-text index ranks the words of ``query``
-    (relevance, then confidence). Facts that only contain ``query`` as a substring (part of a
+    ``fulltext``: on the SQL provider the full-text index ranks the facts holding any word of
+    ``query`` (or all of them, as ``fulltext_match`` says) by BM25, then confidence. Facts that only contain ``query`` as a substring (part of a
     word, or text the index cannot segment) follow, highest confidence first, as on the file
     provider. Case folding uses ``casefold``, so "STRASSE" finds "Straße". ``semantic`` ranks
     the scope's facts by cosine similarity to the query, ``hybrid`` by the fusion injection uses
@@ -140,7 +140,13 @@ def _fulltext_ids(
     if user is None or not isinstance(storage, StorageOperations):
         return []
     where = FactFilter(user_id=user, agent_name=agent, category=category)
-    page = storage.query_facts(where, search=query, limit=min(limit, MAX_PAGE_SIZE), offset=0)
+    page = storage.query_facts(
+        where,
+        search=query,
+        limit=min(limit, MAX_PAGE_SIZE),
+        offset=0,
+        match=get_memory_config().fulltext_match,
+    )
     return [fact.fact_id for fact in page.facts] if page.search_mode == "fulltext" else []
 
 

@@ -50,12 +50,10 @@ from memstore.storage.records import (
     check_paging,
     with_scores,
 )
+from memstore.storage.search_text import SEARCH_MATCHES, SearchMatch
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.vectors import VectorStore, semantic_parts
-
-HYBRID_POOL = 50
-"""Candidates each retriever contributes to a hybrid page (more for deep pages, up to a page's cap)."""
 
 
 def operations_of(
@@ -111,6 +109,7 @@ def search_facts(
     where: FactFilter | None = None,
     *,
     mode: SearchMode = "fulltext",
+    match: SearchMatch | None = None,
     limit: int = 20,
     offset: int = 0,
     storage: MemoryStorage | None = None,
@@ -120,34 +119,38 @@ def search_facts(
 ) -> FactPage:
     """Facts matching ``query`` across scopes, most relevant first.
 
-    ``mode``: ``fulltext`` (every word of ``query``, then confidence; the page's ``search_mode``
-    says whether the index or substring matching served it), ``semantic`` (cosine similarity of
-    the facts' vectors to the query's, as ``rank``; needs ``embedding_provider``), or ``hybrid``
+    ``mode``: ``fulltext`` (the index's BM25, then confidence; the page's ``search_mode`` says
+    whether the index or substring matching served it), ``semantic`` (cosine similarity of the
+    facts' vectors to the query's, as ``rank``; needs ``embedding_provider``), or ``hybrid``
     (reciprocal rank fusion of both with confidence and recency, see ``inject.relevance``; ``rank``
-    is the fused score, and ``total`` counts the candidates fused: the best ``HYBRID_POOL`` (or
-    twice the page's end) of each retriever). The text is never parsed as query syntax. This is
-    an operator's search, so it counts as no access of the facts it finds (a user's own search,
-    ``ops.facts.search_memory_facts``, does).
+    is the fused score, and ``total`` counts the candidates fused: the best ``hybrid_pool`` (or
+    twice the page's end) of each retriever). ``match`` (default: ``fulltext_match``) says whether
+    a full-text hit needs ``any`` of the query's words (function words aside) or ``all`` of them.
+    The text is never parsed as query syntax. This is an operator's search, so it counts as no
+    access of the facts it finds (a user's own search, ``ops.facts.search_memory_facts``, does).
     """
     if not isinstance(query, str) or not query.strip():
         raise QueryError("the search query is empty")
     if mode not in SEARCH_MODES:
         raise QueryError(f"unknown search mode {mode!r}; use one of {', '.join(SEARCH_MODES)}")
+    if match is not None and match not in SEARCH_MATCHES:
+        raise QueryError(f"unknown match {match!r}; use one of {', '.join(SEARCH_MATCHES)}")
     check_paging(limit, offset)
     query, where = query.strip(), where or FactFilter()
+    config = config or get_memory_config()
+    match = match or config.fulltext_match
     storage = _bound(storage, tenant_id, roles)
     operations = operations_of(storage)
     if mode == "fulltext":
-        return operations.query_facts(where, search=query, limit=limit, offset=offset)
-    config = config or get_memory_config()
+        return operations.query_facts(where, search=query, limit=limit, offset=offset, match=match)
     embedder, store = _semantic(config, storage)
     vector = embedder.embed_query(query[:MAX_QUERY_CHARS])
     if mode == "semantic":
         page = store.nearest_facts(where, vector, model=embedder.model, limit=limit, offset=offset)
     else:
-        pool = min(MAX_PAGE_SIZE, max(HYBRID_POOL, 2 * (offset + limit)))
+        pool = min(MAX_PAGE_SIZE, max(config.hybrid_pool, 2 * (offset + limit)))
         nearest = store.nearest_facts(where, vector, model=embedder.model, limit=pool, offset=0)
-        matched = operations.query_facts(where, search=query, limit=pool, offset=0)
+        matched = operations.query_facts(where, search=query, limit=pool, offset=0, match=match)
         page = _fused_page(query, nearest, matched, config, limit, offset)
     return replace(page, facts=with_scores(page.facts, RetentionPolicy.of(config), datetime.now(UTC)))
 
@@ -166,24 +169,28 @@ def _fused_page(
 ) -> FactPage:
     """Fuse the semantic and full-text candidates by rank (``inject.relevance``), then rerank the top.
 
-    The full-text ranking is BM25 over the pooled candidates' text (words, CJK bigrams), so a fact
-    sharing some of the query's words ranks even when the index, which needs every word, did not
-    return it; confidence, recency, importance and decay rank the same pool. With ``rerank`` set,
-    the top ``rerank_top_n`` of the pool are reordered (``inject.rerank``; a failure keeps the
-    fused order), so a reranked fact's ``rank`` may be lower than the one after it. The page's
-    ``total`` is the pool's size.
+    The full-text ranking is the index's order of its own candidates, then the other candidates
+    that share a word with the query by BM25 over their text (words, CJK bigrams), so a semantic
+    candidate the index did not return still ranks by its words; confidence, recency, importance
+    and decay rank the whole pool. With ``rerank`` set, the top ``rerank_top_n`` of the pool are
+    reordered (``inject.rerank``; a failure keeps the fused order), so a reranked fact's ``rank``
+    may be lower than the one after it. The page's ``total`` is the pool's size.
     """
     weights = RelevanceWeights.of(config)
     records: dict[tuple[str | None, str | None, str], FactRecord] = {}
     for record in [*nearest.facts, *matched.facts]:
         records.setdefault((record.user_id, record.agent_name, record.fact_id), record)
     keys = list(records)
-    lexical = bm25_scores(query, [records[key].content for key in keys])
+    indexed = [(r.user_id, r.agent_name, r.fact_id) for r in matched.facts]
+    seen = set(indexed)
+    rest = [key for key in keys if key not in seen]
+    lexical = bm25_scores(query, [records[key].content for key in rest])
+    textual = indexed + [rest[i] for i in ranked_order([s if s > 0 else None for s in lexical])]
     created = [stamp.timestamp() if (stamp := records[key].created_at) else None for key in keys]
     fused = fuse_rankings(
         [
             (weights.semantic, [(r.user_id, r.agent_name, r.fact_id) for r in nearest.facts]),
-            (weights.fulltext, [keys[i] for i in ranked_order([s if s > 0 else None for s in lexical])]),
+            (weights.fulltext, textual),
             (weights.confidence, [keys[i] for i in ranked_order([records[k].confidence for k in keys])]),
             (weights.recency, [keys[i] for i in ranked_order(created)]),
         ],

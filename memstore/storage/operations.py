@@ -18,14 +18,23 @@ from memstore.storage.records import (
     HistoryEntry,
     MemoryStats,
 )
+from memstore.storage.search_text import SearchMatch
 
 
 @runtime_checkable
 class StorageOperations(Protocol):
     def query_facts(
-        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
+        self,
+        where: FactFilter,
+        *,
+        search: str | None,
+        limit: int,
+        offset: int,
+        order: FactOrder = "newest",
+        match: SearchMatch = "any",
     ) -> FactPage:
-        """Live facts matching ``where`` (ranked by ``search`` when given), one page plus the total."""
+        """Live facts matching ``where`` (ranked by ``search`` when given, a fact needing ``any`` or
+        ``all`` of its words), one page plus the total."""
 
     def stats(self) -> MemoryStats: ...
 

@@ -23,6 +23,7 @@ from memstore.queries import (
 )
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
+from memstore.storage.search_text import SearchMatch
 from memstore.storage.sql import SqlMemoryStorage
 from tests.integration.conftest import StorageFactory
 
@@ -164,17 +165,25 @@ def test_search_ties_on_relevance_break_on_confidence(storage_factory: StorageFa
 
 
 @pytest.mark.parametrize(
-    ("query", "expected"),
+    ("query", "match", "expected"),
     [
-        ("cats OR dogs", {"a4"}),  # OR is a word here, not an operator (else a1 etc. could match)
-        ('"quoted" NOT', {"a4"}),
-        ("NEAR(tea coffee)", set()),  # function syntax is text too
-        ("AND", {"c1"}),  # the word "and" in "Python and Rust", not an operator
-        ("*", set()),
+        # OR is a word here, not an operator (else a1 etc. could match); under "any" a stop word.
+        ("cats OR dogs", "all", {"a4"}),
+        ("cats OR dogs", "any", {"a4"}),
+        ('"quoted" NOT', "all", {"a4"}),
+        ('"quoted" NOT', "any", {"a4"}),
+        ("NEAR(tea coffee)", "all", set()),  # function syntax is text too
+        ("NEAR(tea coffee)", "any", {"a2", "b2"}),  # "tea" or "coffee" (or the word "near")
+        ("AND", "all", {"c1"}),  # the word "and" in "Python and Rust", not an operator
+        ("AND", "any", {"c1"}),  # only function words: they are searched rather than nothing
+        ("*", "all", set()),
+        ("*", "any", set()),
     ],
 )
-def test_query_syntax_is_matched_as_text(storage: MemoryStorage, query: str, expected: set[str]) -> None:
-    assert set(ids(search_facts(query, storage=storage))) == expected
+def test_query_syntax_is_matched_as_text(
+    storage: MemoryStorage, query: str, match: SearchMatch, expected: set[str]
+) -> None:
+    assert set(ids(search_facts(query, match=match, storage=storage))) == expected
 
 
 def test_chinese_text_is_found_with_a_logged_fallback(
@@ -317,3 +326,53 @@ def test_file_provider_search_is_a_substring_scan(tmp_path: Any) -> None:
     storage = FileMemoryStorage(tmp_path)
     store(storage, "alice", None, fact("f1", "Straße in Berlin"))
     assert ids(search_facts("STRASSE", storage=storage)) == ["f1"]
+
+
+# --- any-word full-text search (fulltext_match) ---------------------------------------------------
+
+
+def test_a_question_finds_facts_sharing_any_of_its_words(storage_factory: StorageFactory) -> None:
+    storage = storage_factory()
+    store(
+        storage,
+        "ann",
+        None,
+        fact("h1", "Spent the May holiday in Lisbon with my sister"),
+        fact("h2", "Works at a bakery in Leeds"),
+        fact("h3", "Bought a new road bike"),
+    )
+    question = "Where did I go on holiday in May?"
+    assert ids(search_facts(question, FactFilter(user_id="ann"), storage=storage)) == ["h1"]
+    assert ids(search_facts(question, FactFilter(user_id="ann"), match="all", storage=storage)) == []
+
+
+def test_any_word_ranks_a_rare_word_above_a_common_one(storage_factory: StorageFactory) -> None:
+    storage = storage_factory()
+    common = [fact(f"w{i}", f"Had a long meeting at work on day {i}") for i in range(8)]
+    # Longer and less confident than the others: only the rarity of its word puts it first.
+    rare = fact("rare", "Planning a long relaxing holiday with old friends to Kyoto next spring", confidence=0.5)
+    store(storage, "ann", None, *common, rare)
+    page = search_facts("work Kyoto", FactFilter(user_id="ann"), storage=storage)
+    assert ids(page)[0] == "rare"  # one rare word outweighs one word every other fact has
+    assert set(ids(page)) == {"rare", *(f"w{i}" for i in range(8))}
+    assert page.total == 9
+
+
+def test_any_word_search_of_chinese_ranks_by_shared_bigrams(storage_factory: StorageFactory) -> None:
+    storage = storage_factory()
+    store(
+        storage,
+        "ann",
+        None,
+        fact("z1", "上个月去京都旅行了一周"),
+        fact("z2", "这个月工作很忙"),
+        fact("z3", "喜欢喝绿茶"),
+    )
+    page = search_facts("我上个月去哪里旅行了？", FactFilter(user_id="ann"), storage=storage)
+    assert ids(page)[0] == "z1" and "z3" not in ids(page)
+    assert page.search_mode == "substring"
+
+
+def test_an_unknown_match_is_a_query_error(storage: MemoryStorage) -> None:
+    with pytest.raises(QueryError, match="unknown match"):
+        search_facts("tea", match="some", storage=storage)  # type: ignore[arg-type]

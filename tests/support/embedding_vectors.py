@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import math
 
-from memstore.inject.relevance import text_terms
+from memstore.storage.search_text import text_terms
 
 DIMENSION = 256
 

@@ -13,9 +13,9 @@ from memstore.inject.relevance import (
     fuse_rankings,
     fused_scores,
     ranked_order,
-    text_terms,
 )
 from memstore.inject.render import render_memory
+from memstore.storage.search_text import text_terms
 
 WEIGHTS = RelevanceWeights(k=60, semantic=1.0, fulltext=1.0, confidence=0.1, recency=0.05)
 

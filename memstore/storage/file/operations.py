@@ -53,7 +53,7 @@ from memstore.storage.records import (
     by_score,
     with_scores,
 )
-from memstore.storage.search_text import substring_terms
+from memstore.storage.search_text import SearchMatch, any_terms, inverse_document_frequency, substring_terms
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,14 @@ class FileOperations(MemoryStorage):
         return sorted(scopes, key=lambda scope: (scope[0] or "", scope[1] or ""))
 
     def query_facts(
-        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
+        self,
+        where: FactFilter,
+        *,
+        search: str | None,
+        limit: int,
+        offset: int,
+        order: FactOrder = "newest",
+        match: SearchMatch = "any",
     ) -> FactPage:
         """Files keep no access or confirmation signals: those orders fall back to newest first."""
         facts = [fact for fact in self._facts(where) if _matches(fact, where)]
@@ -93,6 +100,9 @@ class FileOperations(MemoryStorage):
         if search is None:
             mode = "filter"
             facts.sort(key=lambda fact: _timestamp(fact.created_at), reverse=True)
+        elif match == "any":
+            mode = "substring"
+            facts = _any_term_ranked(facts, search)
         else:
             mode = "substring"
             terms = [term.casefold() for term in substring_terms(search)]
@@ -238,3 +248,18 @@ def _matches(fact: FactRecord, where: FactFilter) -> bool:
         where.created_before is not None
         and (fact.created_at is None or fact.created_at >= where.created_before)
     )
+
+
+def _any_term_ranked(facts: list[FactRecord], search: str) -> list[FactRecord]:
+    """The facts containing any of the query's terms, by the summed inverse document frequency of
+    the terms each contains (as the SQL provider's substring search), then confidence."""
+    folded = [fact.content.casefold() for fact in facts]
+    terms = any_terms(search)
+    weights = [inverse_document_frequency(len(facts), sum(term in text for text in folded)) for term in terms]
+    scored = [
+        (sum(weight for term, weight in zip(terms, weights, strict=True) if term in text), fact)
+        for fact, text in zip(facts, folded, strict=True)
+    ]
+    scored = [(score, fact) for score, fact in scored if score > 0]
+    scored.sort(key=lambda pair: (-pair[0], -pair[1].confidence))
+    return [fact for _, fact in scored]

@@ -24,9 +24,10 @@ from memstore.storage.records import (
     MemoryStats,
     owners_words_kept,
 )
+from memstore.storage.search_text import SearchMatch
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.maintenance.operator import operator_engine
-from memstore.storage.sql.search import queries
+from memstore.storage.sql.search import fulltext, queries
 from memstore.storage.sql.search.relations import fact_relations
 from memstore.storage.sql.search.vector_store import SqlVectorStore
 from memstore.storage.sql.search.visibility import visible_facts
@@ -62,18 +63,32 @@ class SqlQueries:
             raise self._unavailable(exc) from exc
 
     def query_facts(
-        self, where: FactFilter, *, search: str | None, limit: int, offset: int, order: FactOrder = "newest"
+        self,
+        where: FactFilter,
+        *,
+        search: str | None,
+        limit: int,
+        offset: int,
+        order: FactOrder = "newest",
+        match: SearchMatch = "any",
     ) -> FactPage:
-        page = queries.query_facts(
-            lambda: self._reading(where.user_id),
-            where,
-            search=search,
-            limit=limit,
-            offset=offset,
-            order=order,
-            policy=self._retention,
-            identity=self._identity,
-        )
+        def connect() -> AbstractContextManager[Connection]:
+            return self._reading(where.user_id)
+
+        if search is None:
+            page = queries.query_facts(
+                connect,
+                where,
+                limit=limit,
+                offset=offset,
+                order=order,
+                policy=self._retention,
+                identity=self._identity,
+            )
+        else:
+            page = fulltext.search_facts(
+                connect, search, match, where, self._identity, limit, offset, self._retention
+            )
         return owners_words_kept(page, where.user_id)
 
     def stats(self) -> MemoryStats:

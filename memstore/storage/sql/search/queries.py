@@ -1,13 +1,11 @@
 """Read-only queries across scopes, answered by SQL without loading whole documents.
 
 Every query joins ``memory_facts`` to ``memory_scopes`` and reads live facts only (tombstones
-are bookkeeping, not memory). Full-text search uses the index built by revision 0002 and falls
-back to substring matching, with a log line, when the index cannot serve the query.
+are bookkeeping, not memory). Full-text search is ``fulltext.py``.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -18,16 +16,13 @@ from sqlalchemy import (
     Engine,
     Select,
     and_,
-    bindparam,
     column,
     exists,
     func,
-    literal_column,
     or_,
     select,
     table,
 )
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.document import as_utc
@@ -45,17 +40,14 @@ from memstore.storage.records import (
     by_score,
     with_scores,
 )
-from memstore.storage.search_text import fts5_match, substring_terms, unservable_reason
 from memstore.storage.sql.documents.statements import agent_is, tenant_is, user_is
-from memstore.storage.sql.schema.fts_schema import FTS_TABLE, PG_TS_CONFIG
+from memstore.storage.sql.schema.fts_schema import FTS_TABLE
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import history_table as _history
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import tags_table as _tags
 from memstore.storage.sql.search.record_columns import RECORD_FIELD_COLUMNS, tags_of
 from memstore.storage.sql.search.visibility import Connect, readable_by, shares_any
-
-logger = logging.getLogger(__name__)
 
 _fts = table(FTS_TABLE, column("rowid"))
 
@@ -89,78 +81,27 @@ def query_facts(
     engine: Connect,
     where: FactFilter,
     *,
-    search: str | None,
     limit: int,
     offset: int,
     order: FactOrder = "newest",
     policy: RetentionPolicy,
     identity: Identity,
 ) -> FactPage:
-    """One page of live facts, each with its retention ``score`` under ``policy``.
+    """One page of live facts in ``order``, each with its retention ``score`` under ``policy``
+    (a search is ``fulltext.search_facts``).
 
-    Without ``search``, ``order`` picks the order; ``score`` reads every matching fact (at most
-    ``MAX_SCORED_FACTS``) because the score depends on the time of the query.
+    ``score`` reads every matching fact (at most ``MAX_SCORED_FACTS``) because the score depends
+    on the time of the query.
     """
-    page: FactPage
-    if search is None:
-        with engine() as conn:
-            conditions = fact_conditions(conn, where, identity)
-            query = select(*RECORD_COLUMNS).select_from(LIVE_FACTS).where(*conditions)
-            if order != "score":
-                page = fact_page(conn, query, _ORDERS[order], limit, offset, "filter")
-                return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
-            rows = conn.execute(query.order_by(*_ORDERS["newest"]).limit(MAX_SCORED_FACTS + 1)).all()
-        ranked = by_score([fact_record(row) for row in rows], policy, datetime.now(UTC))
-        return FactPage(ranked[offset : offset + limit], len(ranked), limit, offset, "filter")
-    page = _search(engine, search, where, identity, limit, offset)
-    return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
-
-
-def _search(
-    engine: Connect, search: str, where: FactFilter, identity: Identity, limit: int, offset: int
-) -> FactPage:
-    reason = unservable_reason(search)
-    if reason is None:
-        try:
-            with engine() as conn:
-                return _fulltext(conn, search, fact_conditions(conn, where, identity), limit, offset)
-        except DBAPIError as exc:
-            reason = f"the index query failed ({exc.orig or exc})"
-    logger.info("full-text search for %r served by substring matching: %s", search, reason)
-    terms = [_facts.c.content.icontains(term, autoescape=True) for term in substring_terms(search)]
     with engine() as conn:
         conditions = fact_conditions(conn, where, identity)
-        query = select(*RECORD_COLUMNS).select_from(LIVE_FACTS).where(*conditions, *terms)
-        return fact_page(conn, query, (_facts.c.confidence.desc(), _facts.c.id), limit, offset, "substring")
-
-
-def _fulltext(
-    conn: Connection, search: str, conditions: list[ColumnElement[bool]], limit: int, offset: int
-) -> FactPage:
-    if conn.dialect.name == "sqlite":
-        match = literal_column(FTS_TABLE).op("MATCH")(bindparam("q", fts5_match(search)))
-        # bm25() is lower-is-better; negate it so every rank reads "higher is better".
-        rank: ColumnElement[Any] = -func.bm25(literal_column(FTS_TABLE))
-        query = (
-            select(*RECORD_COLUMNS, rank.label("rank"))
-            .select_from(_fts.join(LIVE_FACTS, _facts.c.id == _fts.c.rowid))
-            .where(match, *conditions)
-        )
-    else:
-        config: ColumnElement[Any] = literal_column(f"'{PG_TS_CONFIG}'::regconfig")
-        # Same expression as the GIN index, so the planner can use it.
-        vector = func.to_tsvector(config, _facts.c.content)
-        terms = func.plainto_tsquery(config, bindparam("q", search))
-        # Normalisation 1 divides by 1 + log(length): a short exact fact beats a long one that
-        # mentions the word in passing, as with SQLite's bm25.
-        rank = func.ts_rank(vector, terms, 1)
-        query = (
-            select(*RECORD_COLUMNS, rank.label("rank"))
-            .select_from(LIVE_FACTS)
-            .where(vector.op("@@")(terms), *conditions)
-        )
-    order = (rank.desc(), _facts.c.confidence.desc(), _facts.c.id)
-    return fact_page(conn, query, order, limit, offset, "fulltext")
+        query = select(*RECORD_COLUMNS).select_from(LIVE_FACTS).where(*conditions)
+        if order != "score":
+            page = fact_page(conn, query, _ORDERS[order], limit, offset, "filter")
+            return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
+        rows = conn.execute(query.order_by(*_ORDERS["newest"]).limit(MAX_SCORED_FACTS + 1)).all()
+    ranked = by_score([fact_record(row) for row in rows], policy, datetime.now(UTC))
+    return FactPage(ranked[offset : offset + limit], len(ranked), limit, offset, "filter")
 
 
 def fact_page(
