@@ -23,6 +23,7 @@ from memstore.document import FACT_CATEGORIES, VISIBILITIES, as_utc
 from memstore.queries import ANY_AGENT, FactFilter, FactPage, list_facts, search_facts
 from memstore.record import MEMORY_TYPES, SOURCE_KINDS
 from memstore.storage.records import FACT_ORDERS, SEARCH_MODES, AgentFilter, FactOrder, SearchMode, iso
+from memstore.storage.search_text import SEARCH_MATCHES, SearchMatch
 
 _DATE_FORMATS = ["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S%z"]
 
@@ -105,12 +106,26 @@ def list_command(
     type=click.Choice(SEARCH_MODES),
     default="fulltext",
     show_default=True,
-    help="fulltext: every word must match; semantic: nearest by meaning; hybrid: both, rank-fused "
+    help="fulltext: words, ranked by BM25; semantic: nearest by meaning; hybrid: both, rank-fused "
     "(semantic and hybrid need embedding_provider).",
+)
+@click.option(
+    "--match",
+    type=click.Choice(SEARCH_MATCHES),
+    default=None,
+    help="Whether a full-text hit needs any word of QUERY (function words aside) or all of them "
+    "[default: the fulltext_match setting, any].",
 )
 @filter_options
 def search_command(
-    query: str, mode: str, limit: int, offset: int, as_json: bool, tenant_id: str | None, **filters: Any
+    query: str,
+    mode: str,
+    match: str | None,
+    limit: int,
+    offset: int,
+    as_json: bool,
+    tenant_id: str | None,
+    **filters: Any,
 ) -> None:
     """Search facts for QUERY, most relevant first.
 
@@ -120,6 +135,7 @@ def search_command(
         query,
         _filter(**filters),
         mode=cast(SearchMode, mode),
+        match=cast(SearchMatch | None, match),
         limit=limit,
         offset=offset,
         tenant_id=tenant_id,

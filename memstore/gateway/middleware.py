@@ -172,6 +172,7 @@ class MemoryMiddleware:
             use_tiktoken=config.token_counting == "tiktoken",
             scores=scores,
             others=others,
+            dated=config.injection_fact_dates,
         )
         if fact_ids:
             storage.record_access(self._agent_name, user_id=user_id, fact_ids=fact_ids)

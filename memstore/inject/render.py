@@ -1,6 +1,8 @@
 """Render a memory document as the text injected into the next conversation's prompt.
 
-Layout: ``User Context:`` and ``History:`` summaries first, then a single ``Facts:`` block. Facts
+Layout: ``User Context:`` and ``History:`` summaries first, then a single ``Facts:`` block, one
+line per fact (``- [category | confidence] content``, or ``- [category | confidence | date] content``
+with ``dated``). Facts
 are ranked by confidence, or by relevance scores when the caller has a query (``relevance.py``);
 guaranteed categories (corrections by default) are placed first from
 a budget of their own so a long tail of ordinary facts can never crowd them out. Lines are taken
@@ -26,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from memstore.document import DEFAULT_CATEGORY, coerce_confidence
+from memstore.document import DEFAULT_CATEGORY, coerce_confidence, parse_timestamp
 from memstore.inject.escaping import inline_text
 from memstore.inject.tokens import count_tokens
 
@@ -99,12 +101,17 @@ def _kind(fact: Mapping[Any, Any]) -> str:
     return "public" if fact.get("visibility") == "public" else "shared"
 
 
-def _fact_line(fact: Mapping[Any, Any], kind: str | None = None) -> str:
-    """``- [category | 0.95] content``; a correction also names the mistake to avoid, and another
-    owner's fact starts with its ``kind`` (``- [shared] [category | 0.95] content``)."""
+def _fact_line(fact: Mapping[Any, Any], kind: str | None = None, *, dated: bool = False) -> str:
+    """``- [category | 0.95] content``; ``dated``, with the day the fact was stated when it has one
+    (``- [category | 0.95 | 2026-05-08] content``). A correction also names the mistake to avoid,
+    and another owner's fact starts with its ``kind`` (``- [shared] [category | 0.95] content``)."""
     category = _category(fact)
     marker = f"[{kind}] " if kind else ""
-    line = f"- {marker}[{inline_text(category)} | {_confidence(fact):.2f}] {inline_text(fact['content'])}"
+    stated = parse_timestamp(fact.get("createdAt")) if dated else None
+    day = f" | {stated:%Y-%m-%d}" if stated is not None else ""
+    line = (
+        f"- {marker}[{inline_text(category)} | {_confidence(fact):.2f}{day}] {inline_text(fact['content'])}"
+    )
     source_error = fact.get("sourceError")
     if category == "correction" and isinstance(source_error, str) and source_error.strip():
         line += f" (avoid: {inline_text(source_error.strip())})"
@@ -117,6 +124,7 @@ def _select_lines(
     use_tiktoken: bool,
     taken: list[Mapping[Any, Any]],
     kinds: Mapping[int, str],
+    dated: bool,
 ) -> tuple[list[str], int]:
     """Take fact lines in rank order until one does not fit, skipping lines that never could.
 
@@ -132,7 +140,7 @@ def _select_lines(
     lines: list[str] = []
     used = 0
     for fact in facts:
-        line = _fact_line(fact, kinds.get(id(fact)))
+        line = _fact_line(fact, kinds.get(id(fact)), dated=dated)
         if len(line) > _MAX_CHARS_PER_TOKEN * (budget + 1):
             continue
         cost = count_tokens("\n" + line if lines else line, use_tiktoken=use_tiktoken)
@@ -234,6 +242,7 @@ def render_memory(
     use_tiktoken: bool = True,
     scores: Sequence[float] | None = None,
     others: Sequence[Mapping[str, Any]] = (),
+    dated: bool = False,
 ) -> tuple[str, list[str]]:
     """The memory text to inject and the ids of the own facts it shows (for access tracking).
 
@@ -241,7 +250,9 @@ def render_memory(
     confidence, or of ``scores`` (one per entry of ``memory["facts"]``, then one per entry of
     ``others``; query-aware injection). ``others`` are other owners' facts the identity may read,
     each with its ``visibility``: ranked with the own facts, marked in the text, never in the ids
-    (their ids belong to other scopes).
+    (their ids belong to other scopes). ``dated`` puts the day each fact was stated (its
+    ``createdAt``, UTC) in its line, so the model can place "yesterday" or "last week" in time;
+    ``format_memory_for_injection``, the reference's format, leaves it out.
 
     Guaranteed facts are charged only to ``guaranteed_token_budget``; regular facts get what is
     left of ``max_tokens`` after the summaries, the header and the guaranteed lines. When the
@@ -261,7 +272,9 @@ def render_memory(
     promoted, regular = _ranked_facts([*own, *others], guaranteed, scores)
 
     shown: list[Mapping[Any, Any]] = []
-    fact_lines, guaranteed_used = _select_lines(promoted, guaranteed_token_budget, use_tiktoken, shown, kinds)
+    fact_lines, guaranteed_used = _select_lines(
+        promoted, guaranteed_token_budget, use_tiktoken, shown, kinds, dated
+    )
     if regular:
         fixed = count_tokens(_FACTS_HEADER, use_tiktoken=use_tiktoken) + guaranteed_used
         if summaries:
@@ -269,7 +282,7 @@ def render_memory(
         if fact_lines:
             fixed += count_tokens("\n", use_tiktoken=use_tiktoken)
         if max_tokens - fixed > 0:
-            fact_lines += _select_lines(regular, max_tokens - fixed, use_tiktoken, shown, kinds)[0]
+            fact_lines += _select_lines(regular, max_tokens - fixed, use_tiktoken, shown, kinds, dated)[0]
 
     # The facts block is never cut (only summaries are), so every fact taken is in the text.
     fact_ids = [

@@ -78,6 +78,16 @@ def test_facts_search_finds_hyphenated_and_chinese_text(seeded: Cli) -> None:
     assert "Bob evaluates deer-flow" in table.stdout and "showing 1-1 of 1" in table.stdout
 
 
+def test_facts_search_matches_any_word_unless_told_all(seeded: Cli) -> None:
+    question = "who runs the deer-flow deployments?"
+    anyword = seeded.json("facts", "search", question)
+    assert [f["fact_id"] for f in anyword["facts"]][0] == "a1"  # deer, flow and deployments
+    assert {f["fact_id"] for f in anyword["facts"]} == {"a1", "b1"}
+    assert seeded.json("facts", "search", question, "--match", "all")["facts"] == []
+    bad = seeded("facts", "search", "tea", "--match", "some")
+    assert bad.returncode == 2 and "'--match'" in bad.stderr
+
+
 def test_facts_list_filters_and_pages(seeded: Cli) -> None:
     everything = seeded.json("facts", "list")
     assert everything["total"] == 5

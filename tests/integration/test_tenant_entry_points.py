@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -270,7 +271,12 @@ def shared_tenant(sql_storage: SqlMemoryStorage) -> SqlMemoryStorage:
 
 
 def fact_lines(block: str) -> list[str]:
-    return [line for line in block.splitlines() if line.startswith("- ")]
+    """The block's fact lines without the day each was stated (``injection_fact_dates``)."""
+    return [undated(line) for line in block.splitlines() if line.startswith("- ")]
+
+
+def undated(text: str) -> str:
+    return re.sub(r" \| \d{4}-\d{2}-\d{2}\]", "]", text)
 
 
 def test_memory_context_merges_own_shared_and_public_facts(shared_tenant: SqlMemoryStorage) -> None:
@@ -385,7 +391,7 @@ def test_tools_take_the_tenant_and_roles(sql_storage: SqlMemoryStorage) -> None:
     )
     assert shared["status"] == "added"
     context = json.loads(tools.memory_context("", user_id="bob", tenant_id=ACME))["context"]
-    assert "- [public] [context | 0.70] Shared" in context and "Alice likes tea" not in context
+    assert "- [public] [context | 0.70] Shared" in undated(context) and "Alice likes tea" not in context
     token = set_current_user("alice", tenant_id=ACME)
     try:
         assert json.loads(tools.memory_delete(added["fact_id"]))["status"] == "deleted"
@@ -485,7 +491,7 @@ def test_mcp_tools_act_for_the_servers_tenant_and_roles(sql_storage: SqlMemorySt
 
     refused, failed, context = asyncio.run(session())
     assert refused and not failed
-    assert "[shared] [context | 0.70] Shared" in context
+    assert "[shared] [context | 0.70] Shared" in undated(context)
     assert contents(get_memory_data(user_id="alice", tenant_id=ACME)) == {"Shared"}
     assert contents(get_memory_data(user_id="alice")) == set()
     with pytest.raises(InvalidScopeError):
