@@ -36,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 _fts = table(FTS_TABLE, column("rowid"))
 
+IDF_COUNT_CAP = 20_000
+"""The most facts counted as the searched total for term weights (``_idf``)."""
+
 
 def search_facts(
     engine: Connect,
@@ -180,11 +183,17 @@ def _idf(
     conditions: list[ColumnElement[bool]],
 ) -> list[float]:
     """BM25's inverse document frequency of each term among the facts ``conditions`` select: how
-    many of them pass each test, against how many there are."""
-    total = conn.execute(select(func.count()).select_from(LIVE_FACTS).where(*conditions)).scalar_one()
+    many of them pass each test, against how many there are.
+
+    That count stops at ``IDF_COUNT_CAP``: counting every fact of a tenant took 40 ms per 100,000
+    on PostgreSQL, and past that size the weights barely move (they are logarithms).
+    """
+    searched = select(_facts.c.id).select_from(LIVE_FACTS).where(*conditions).limit(IDF_COUNT_CAP)
+    total = conn.execute(select(func.count()).select_from(searched.subquery())).scalar_one()
     counts = conn.execute(
         select(*(func.count().filter(test) for test in tests))
         .select_from(LIVE_FACTS)
         .where(matched, *conditions)
     ).one()
+    total = max(total, *counts)
     return [inverse_document_frequency(total, n) for n in counts]
