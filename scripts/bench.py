@@ -5,10 +5,12 @@ Absolute times drift on shared machines, so each verdict is a ratio between vari
 run (or, for injection, an absolute median). Writes a table to stdout, ``results.json`` and
 ``chart.png`` to ``--out`` (by default ``.bench/``, ignored by git; ``bench/``, the published
 copy, with ``--write-docs``), and with ``--write-docs`` the generated regions of docs/performance.md
-(the queue scenario has its own, so ``--only queue`` can refresh it alone). ``--only access`` runs
-the access-tracking scenario alone (request path with tracking on vs off) into ``results.json``.
+(the queue scenario and the large-scope one have their own, so ``--only queue`` or ``--only large``
+can refresh one alone). ``--only access`` runs the access-tracking scenario alone (request path with
+tracking on vs off) into ``results.json``.
 
-    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access] [--out DIR] [--write-docs]
+    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access|tenancy|large] [--out DIR]
+        [--write-docs]
 
 PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
 drops its own database there.
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import bench_concurrency
+import bench_large
+import bench_large_report
 import bench_pg
 import bench_queue
 import bench_relevance
@@ -61,12 +65,14 @@ class Mode:
     warmup: int
     searches: int
     search_users: int
+    large: int
+    """Iterations of each large-scope scenario (every size in each)."""
 
 
 MODES = {
-    "full": Mode(2000, 150, 2000, FULL_SCALE_SCOPES, 2000, 300, 4, 50, 30, bench_search.FULL_USERS),
-    "quick": Mode(400, 40, 500, 10_000, 400, 80, 2, 20, 10, 5_000),
-    "smoke": Mode(5, 3, 5, 300, 5, 4, 1, 1, 2, 200),
+    "full": Mode(2000, 150, 2000, FULL_SCALE_SCOPES, 2000, 300, 4, 50, 30, bench_search.FULL_USERS, 40),
+    "quick": Mode(400, 40, 500, 10_000, 400, 80, 2, 20, 10, 5_000, 10),
+    "smoke": Mode(5, 3, 5, 300, 5, 4, 1, 1, 2, 200, 1),
 }
 
 
@@ -90,7 +96,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["queue", "access", "tenancy"],
+        choices=["queue", "access", "tenancy", "large"],
         help="run one scenario; results.json keeps the others' entries, the chart is left alone "
         "(an access-only run never writes docs)",
     )
@@ -169,10 +175,23 @@ def _queue(mode_name: str, work: Path, pg_url: str | None, pg_durability: str) -
     return results
 
 
+def _large(mode: Mode, work: Path, pg_server: str | None, pg_durability: str) -> list[Result]:
+    """The large-scope scenario, on SQLite and (in a database of its own) PostgreSQL."""
+    start = time.perf_counter()
+    backends = [bench_large.Backend("sqlite", f"sqlite:///{work / 'large.db'}", SQLITE_NORMAL)]
+    with ExitStack() as stack:
+        if pg_server is not None:
+            url = stack.enter_context(bench_pg.bench_database(pg_server))
+            backends.append(bench_large.Backend("postgresql", url, pg_durability))
+        results = bench_large.large_scope(backends, mode.large, min(mode.warmup, 3))
+    _stage("large scope", start)
+    return results
+
+
 def run(
     mode_name: str, work: Path, pg_server: str | None, only: str | None = None
 ) -> tuple[list[Result], dict[str, Any]]:
-    """Every scenario, or with ``only`` (``queue`` or ``access``) that scenario alone."""
+    """Every scenario, or with ``only`` that scenario alone."""
     mode = MODES[mode_name]
     use_bench_config(work)
     results: list[Result] = []
@@ -199,9 +218,11 @@ def run(
             started = time.perf_counter()
             results += bench_tenancy.tenancy(pg_url, pg_durability, mode.loads, mode.warmup)
             _stage("tenancy", started)
+        if only in (None, "large"):
+            results += _large(mode, work, pg_server, pg_durability)
         if only == "access":
             results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
-        elif only != "tenancy":
+        elif only in (None, "queue"):
             results += _queue(mode_name, work, pg_url, pg_durability)
     dispose_engines()
     return results, _meta(mode_name, mode, pg_server, pg_version, only is None)
@@ -219,26 +240,32 @@ def _is_queue(scenario: str) -> bool:
     return scenario.startswith(bench_queue.SCENARIO_PREFIX)
 
 
+def _is_large(scenario: str) -> bool:
+    return scenario.startswith(bench_large.SCENARIO_PREFIX)
+
+
+def _region(scenario: str) -> str:
+    """Which generated region of docs/performance.md a scenario (or a ratio's subject) belongs to."""
+    return "queue" if _is_queue(scenario) else "large" if _is_large(scenario) else "main"
+
+
 def _blocks(meta: dict[str, Any], title: str, results: list[Result], rows: list[dict[str, Any]]) -> list[str]:
-    """The generated text: the main region's, then the queue region's (each empty if nothing ran)."""
+    """The generated text: the main region's, the queue region's, the large-scope region's (each
+    empty if nothing ran)."""
     header = (
         f"_{title}; wall time {meta['wall_seconds']} s; load average {meta['load_average']} at the start; "
         f"Python {meta['python']}, SQLite {meta['sqlite']}, "
         f"PostgreSQL {meta['postgresql_version'] or 'not run'}._"
     )
     notes = "\n".join(f"- {note}" for note in meta["notes"])
-    core = [r for r in results if not _is_queue(r.scenario)]
-    queue = [r for r in results if _is_queue(r.scenario)]
-    core_rows = [row for row in rows if not _is_queue(row["subject"])]
-    queue_rows = [row for row in rows if _is_queue(row["subject"])]
-    parts = [
-        (header, bench_report.verdict_table(core_rows), bench_report.results_table(core), notes)
-        if core
-        else (),
-        (header, bench_report.verdict_table(queue_rows), bench_report.queue_table(queue), notes)
-        if queue
-        else (),
-    ]
+    parts = []
+    for region in ("main", "queue", "large"):
+        ran = [r for r in results if _region(r.scenario) == region]
+        ratios = [row for row in rows if _region(row["subject"]) == region]
+        table = {"queue": bench_report.queue_table, "large": bench_large_report.large_table}.get(
+            region, bench_report.results_table
+        )
+        parts.append((header, bench_report.verdict_table(ratios), table(ran), notes) if ran else ())
     return ["\n\n".join(part for part in block if part) for block in parts]
 
 
@@ -259,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     title = f"memstore benchmark ({mode_name}, {meta['generated_at']}, {meta['cpus']} CPUs)"
     if args.only:
-        replaces = {"queue": _is_queue, "access": _is_access, "tenancy": _is_tenancy}[args.only]
+        replaces = {"queue": _is_queue, "access": _is_access, "tenancy": _is_tenancy, "large": _is_large}[
+            args.only
+        ]
         bench_report.merge_json(out / "results.json", meta, results, rows, replaces)
     else:
         bench_report.write_json(out / "results.json", meta, results, rows)
@@ -270,9 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs and args.only in ("access", "tenancy"):
         print(f"not writing docs/performance.md: a {args.only}-only run would replace the main table")
     elif args.write_docs:
-        for block, markers in zip(
-            blocks, (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS), strict=True
-        ):
+        regions = (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS, bench_report.LARGE_MARKERS)
+        for block, markers in zip(blocks, regions, strict=True):
             if block:
                 bench_report.write_docs(ROOT / "docs" / "performance.md", block, markers)
         print("updated docs/performance.md")

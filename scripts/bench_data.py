@@ -9,14 +9,16 @@ from typing import Any
 
 from sqlalchemy import insert
 
-from memstore.config import MemoryConfig, set_memory_config
+from memstore.config import MemoryConfig, get_memory_config, set_memory_config
 from memstore.document import FACT_CATEGORIES, HISTORY_SECTIONS, USER_SECTIONS, fact_content_key
+from memstore.storage.file import FileMemoryStorage
+from memstore.storage.file.provider import FILE_MAX_FACTS
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.schema.models import Base
 
-# Above the validated cap (500) on purpose: the save scenario adds a 501st fact, and a cap
-# would turn "add one fact" into "add one, tombstone another".
+# Above 500 on purpose: the save scenario adds a 501st fact, and a cap would turn "add one fact"
+# into "add one, tombstone another". The large-scope scenario sets its own cap per size.
 BENCH_MAX_FACTS = 1000
 STAMP = "2026-01-15T10:00:00Z"
 _STAMP_VALUE = datetime(2026, 1, 15, 10, 0, tzinfo=UTC)
@@ -27,9 +29,21 @@ _SENTENCE = (
 _WORDS = _SENTENCE.split()
 
 
-def use_bench_config(data_dir: Path) -> None:
+def use_bench_config(data_dir: Path, **settings: Any) -> None:
     """The process-wide config every benchmarked storage reads (workers call this too)."""
-    set_memory_config(MemoryConfig.model_construct(data_dir=str(data_dir), max_facts=BENCH_MAX_FACTS))
+    values: dict[str, Any] = {"max_facts": BENCH_MAX_FACTS, **settings}
+    set_memory_config(MemoryConfig.model_construct(data_dir=str(data_dir), **values))
+
+
+def file_storage(path: Path) -> FileMemoryStorage:
+    """The file provider, built under its own cap (it refuses ``max_facts`` past 500); it never
+    trims a save itself, so the 501st fact of the save scenario is still written."""
+    config = get_memory_config()
+    set_memory_config(config.model_copy(update={"max_facts": FILE_MAX_FACTS}))
+    try:
+        return FileMemoryStorage(path)
+    finally:
+        set_memory_config(config)
 
 
 def fact(index: int) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def _unit(rows: int, seed: int) -> np.ndarray:
     return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
 
-def _write_vectors(engine: Engine, where: str = "") -> int:
+def write_vectors(engine: Engine, where: str = "", *, model: str = MODEL) -> int:
     """A random vector for every live fact (``where`` narrows), in one executemany per chunk."""
     with engine.begin() as conn:
         rows = conn.execute(
@@ -64,7 +64,7 @@ def _write_vectors(engine: Engine, where: str = "") -> int:
                     {
                         "id": row.id,
                         "scope": row.scope_id,
-                        "model": MODEL,
+                        "model": model,
                         "dim": DIMENSION,
                         "key": row.content_key,
                         "vector": vector_parameter(dialect, vectors[start + offset]),
@@ -97,7 +97,7 @@ def inject_query(work: Path, iterations: int, warmup: int) -> list[Result]:
     storage = SqlMemoryStorage(url)
     user = "bench-relevance"
     assert storage.save(document(500), user_id=user)
-    assert _write_vectors(get_engine(url)) == 500
+    assert write_vectors(get_engine(url)) == 500
     query_vector = _unit(1, 11)[0]
     variants: dict[str, Sampler] = {
         "confidence_order": timed(lambda: render_memory(storage.load(user_id=user), TOKENS)),
@@ -130,7 +130,7 @@ def semantic_search(
     started = time.perf_counter()
     url = bulk_sqlite(work / "semantic.db", scopes, facts)
     SqlMemoryStorage(url)
-    total = _write_vectors(get_engine(url))
+    total = write_vectors(get_engine(url))
     extra: dict[str, dict[str, float]] = {"sqlite_exact": {"vectors": total}}
     query = _unit(1, 13)[0]
     engines: dict[str, Engine] = {"sqlite_exact": get_engine(url)}
@@ -142,7 +142,7 @@ def semantic_search(
         with pg_engine.begin() as conn:
             conn.execute(text("DELETE FROM memory_fact_embeddings WHERE model = :m"), {"m": MODEL})
         _copy_facts(get_engine(url), pg_engine)
-        extra["postgresql_exact"] = {"vectors": _write_vectors(pg_engine, f"AND id >= {ID_OFFSET}")}
+        extra["postgresql_exact"] = {"vectors": write_vectors(pg_engine, f"AND id >= {ID_OFFSET}")}
         engines["postgresql_exact"] = pg_engine
     print(f"  relevance: {total} vectors ready in {time.perf_counter() - started:.1f} s", flush=True)
     variants: dict[str, Sampler] = {}

@@ -12,12 +12,14 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+import bench_large_report
 import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot loads
 from bench_core import Result
 
 DOCS_MARKERS = ("<!-- bench:begin -->", "<!-- bench:end -->")
 SEARCH_SCENARIO = "search_at_scale"
 QUEUE_MARKERS = ("<!-- bench-queue:begin -->", "<!-- bench-queue:end -->")
+LARGE_MARKERS = ("<!-- bench-large:begin -->", "<!-- bench-large:end -->")
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,8 @@ class Target:
     """``scenario/variant`` against ``ref`` (another variant's median, or milliseconds when ``ref`` is None).
 
     ``limit`` None marks an informational ratio (reported, no verdict). Throughput targets are
-    "at least", latency targets "at most".
+    "at least", latency targets "at most". ``metric`` compares that ``extra`` value instead of
+    the median (at most, like a latency).
     """
 
     key: str
@@ -34,6 +37,7 @@ class Target:
     ref: tuple[str, str] | None
     limit: float | None
     throughput: bool = False
+    metric: str | None = None
 
 
 TARGETS: tuple[Target, ...] = (
@@ -251,10 +255,13 @@ def _search_targets() -> tuple[Target, ...]:
 
 TARGETS += _queue_targets()
 TARGETS += _search_targets()
+TARGETS += tuple(Target(**fields) for fields in bench_large_report.target_fields())
 
 
-def _value(result: Result, throughput: bool) -> float:
-    return result.extra["throughput_per_s"] if throughput else result.median
+def _value(result: Result, target: Target) -> float:
+    if target.metric is not None:
+        return result.extra[target.metric]
+    return result.extra["throughput_per_s"] if target.throughput else result.median
 
 
 def verdicts(results: list[Result]) -> list[dict[str, Any]]:
@@ -266,8 +273,8 @@ def verdicts(results: list[Result]) -> list[dict[str, Any]]:
         ref = index.get(target.ref) if target.ref else None
         if subject is None or (target.ref and ref is None):
             continue
-        value = _value(subject, target.throughput)
-        ratio = value / _value(ref, target.throughput) if ref else value
+        value = _value(subject, target)
+        ratio = value / _value(ref, target) if ref else value
         if target.limit is None:
             verdict = "info"
         else:

@@ -14,7 +14,7 @@ from typing import Any
 import bench_floors
 import bench_pg
 from bench_core import FILE_FSYNC, SQLITE_FULL, SQLITE_NORMAL, Result, Sampler, interleave, timed
-from bench_data import bulk_sqlite, document, fact, random_users
+from bench_data import bulk_sqlite, document, fact, file_storage, random_users
 from langgraph.store.sqlite import SqliteStore
 from sqlalchemy import event
 
@@ -75,7 +75,7 @@ def open_stores(work: Path, pg_url: str | None) -> Stores:
     stores = Stores(
         sql=sql,
         sql_full=_synchronous_full(work / "memstore-full.db"),
-        file=FileMemoryStorage(work / "files"),
+        file=file_storage(work / "files"),
         raw=bench_floors.sqlite_connect(str(work / "memstore.db")),
         langgraph=langgraph,
     )

@@ -58,11 +58,12 @@ def search_memory_facts(
     """The scope's facts that match ``query``, best first; returns copies of the stored facts.
 
     ``fulltext``: on the SQL provider the full-text index ranks the facts holding any word of
-    ``query`` (or all of them, as ``fulltext_match`` says) by BM25, then confidence. Facts that only contain ``query`` as a substring (part of a
-    word, or text the index cannot segment) follow, highest confidence first, as on the file
-    provider. Case folding uses ``casefold``, so "STRASSE" finds "Straße". ``semantic`` ranks
-    the scope's facts by cosine similarity to the query, ``hybrid`` by the fusion injection uses
-    (``inject.relevance``); both need ``embedding_provider``. ``category`` is an exact filter.
+    ``query`` (or all of them, as ``fulltext_match`` says) by BM25, then confidence. Facts that
+    only contain ``query`` as a substring (part of a word, or text the index cannot segment)
+    follow, highest confidence first, as on the file provider. Case folding uses ``casefold``, so
+    "STRASSE" finds "Straße". ``semantic`` ranks the scope's facts by cosine similarity to the
+    query, ``hybrid`` by the fusion injection uses (``inject.relevance``); both need
+    ``embedding_provider``. ``category`` is an exact filter.
     A query longer than the longest fact, or text no store can hold (NUL, a lone surrogate), is
     a ``QueryError``. The facts returned count as accessed (``MemoryStorage.record_access``).
     The scope is looked up in ``tenant_id`` (default: the default tenant).

@@ -7,8 +7,9 @@ cap so that a paraphrase folded away never costs a stored fact its place. A new 
 re-states a live one (same ``fact_content_key``) is not added; the live fact's id is reported as
 confirmed, so the store can record that it is still true. Work
 happens on a deep copy so a failure (or a failed save later) never touches the caller's
-document, which may be a storage cache; unknown top-level keys such as a provider's
-``revision`` ride along untouched.
+document, which may be a storage cache (``_copy_document``: JSON-shaped values copied without
+``copy.deepcopy``'s bookkeeping, which was half of an update's work at 10,000 facts); unknown
+top-level keys such as a provider's ``revision`` ride along untouched.
 
 Confidence of new facts is clamped to [0, 1] with ``coerce_confidence``. The reference
 stores an LLM's 1.5 as-is, but our document format and the SQL ``CHECK`` require finite
@@ -23,11 +24,18 @@ any ``raw``, ``structured`` or tag that mentions an upload: ``uploads.scrub_reco
 re-statement of a live fact) removes nothing, so "replace X with Y" never becomes "forget X". A
 replacement added and then folded into a kept fact (``similarity.py``) hands its ``supersedes``
 relations to that fact, which now holds what it said.
+
+``shown`` (the ids the update prompt showed, when it showed a subset: ``prompt.shown_fact_ids``)
+confines the reply's hands to those facts: a ``factsToRemove``, ``replaces``,
+``staleFactsToRemove`` or consolidation source naming any other id is ignored (the merge as a
+whole), so a fact the model never saw is never removed on its word. Eviction at the cap is not
+the model's word and still ranks every fact.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -52,10 +60,26 @@ from memstore.update.fields import (
     stored_fields,
     with_relations,
 )
-from memstore.update.parser import MemoryUpdate
+from memstore.update.parser import MemoryUpdate, NewFact
 from memstore.update.similarity import Fold, SimilarFolds
 from memstore.update.staleness import stale_ids_to_remove
 from memstore.update.uploads import scrub_record_fields, strip_upload_mentions
+
+logger = logging.getLogger(__name__)
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _copy_document(value: Any) -> Any:
+    """A deep copy: plain dicts and lists rebuilt, immutable scalars shared, anything else
+    (a dict subclass, a foreign object) through ``copy.deepcopy``."""
+    kind = type(value)
+    if kind is dict:
+        return {key: item if type(item) in _SCALARS else _copy_document(item) for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _SCALARS else _copy_document(item) for item in value]
+    return value if kind in _SCALARS else copy.deepcopy(value)
 
 
 def _require_shape(memory: MemoryDocument) -> None:
@@ -174,6 +198,36 @@ def evict_to_cap(
     return [facts[index] for index in kept], removals
 
 
+def _within_shown(update: MemoryUpdate, shown: Collection[str]) -> MemoryUpdate:
+    """``update`` without the removals, replacements and merges of facts outside ``shown``."""
+    visible = set(shown)
+    hidden = set(update["factsToRemove"]) - visible
+    facts: list[NewFact] = []
+    for new in update["newFacts"]:
+        replaces = new.get("replaces") or []
+        if not visible.issuperset(replaces):
+            hidden.update(set(replaces) - visible)
+            new = new.copy()
+            new["replaces"] = [fid for fid in replaces if fid in visible]
+        facts.append(new)
+    hidden.update(r["id"] for r in update["staleFactsToRemove"] if r["id"] not in visible)
+    merges = []
+    for merge in update["factsToConsolidate"]:
+        outside = set(merge["sourceIds"]) - visible
+        hidden.update(outside)
+        if not outside:
+            merges.append(merge)
+    if hidden:
+        logger.info("the update named %d fact(s) its prompt did not show; they are left alone", len(hidden))
+    return {
+        **update,
+        "newFacts": facts,
+        "factsToRemove": [fid for fid in update["factsToRemove"] if fid in visible],
+        "staleFactsToRemove": [r for r in update["staleFactsToRemove"] if r["id"] in visible],
+        "factsToConsolidate": merges,
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class AppliedUpdate:
     """The updated document, plus what the store should record about it.
@@ -198,14 +252,18 @@ def apply_updates(
     signals: Mapping[str, FactSignals] | None = None,
     now: datetime | None = None,
     fold: Fold | None = None,
+    shown: Collection[str] | None = None,
 ) -> AppliedUpdate:
     """``memory`` with ``update`` applied, folded, capped, consolidated and scrubbed, as a new document.
 
     ``signals`` are the store's retention signals by fact id, for the cap's ranking; a fact
     re-stated by this update, or one a new fact was folded into, counts as confirmed at ``now``
     there. ``fold`` (``fold_similar`` bound to an embedder) drops new facts that repeat a kept one.
+    ``shown``: the only fact ids the reply may remove, replace or merge (``None``: any).
     """
-    updated = copy.deepcopy(memory)
+    if shown is not None:
+        update = _within_shown(update, shown)
+    updated = _copy_document(memory)
     _require_shape(updated)
     moment = now or datetime.now(UTC)
     stamp = format_timestamp(moment)

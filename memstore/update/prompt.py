@@ -18,6 +18,17 @@ its structured form (up to ``MAX_RAW_CHARS`` and ``MAX_STRUCTURED_CHARS`` each, 
 fact) would multiply the prompt's size and tell the model nothing the fact's content does not, so
 they are left out of the prompt copy. The short ones (type, importance, tags, source kind,
 relations) are shown.
+
+A scope may hold thousands of facts (``max_facts`` up to 20,000 on the SQL provider), far more than
+a prompt should carry. Past ``update_prompt_max_facts`` (default 200) the prompt shows that many,
+chosen by ``select_prompt_facts``: a quarter for the guaranteed categories (corrections), newest
+first; a quarter for the newest facts; the rest for the facts most relevant to the conversation
+(BM25 of its turns, the user's first, against the facts' contents); any room left goes to the next
+newest. They are shown in document order, with a note saying the block is a subset, and the
+staleness and consolidation sections draw their candidates from the same subset, so the prompt
+names one set of ids. ``shown_fact_ids`` recomputes that set (the choice is deterministic) for the
+apply step, which ignores any removal, replacement or merge of a fact the prompt did not show: a
+hidden fact is never removed on the model's word. It still counts for exact and similarity dedup.
 """
 
 from __future__ import annotations
@@ -30,8 +41,9 @@ from typing import Any
 
 from memstore.capture.filtering import memory_turns
 from memstore.config import MemoryConfig
-from memstore.document import MemoryDocument
+from memstore.document import MemoryDocument, parse_timestamp
 from memstore.inject.escaping import inline_text
+from memstore.inject.relevance import MAX_QUERY_CHARS, bm25_scores
 from memstore.record import RAW_KEY, STRUCTURED_KEY
 from memstore.update.consolidation import consolidation_section
 from memstore.update.staleness import staleness_section
@@ -180,6 +192,94 @@ def _without_long_fields(memory: MemoryDocument) -> MemoryDocument:
     return {**memory, "facts": shown}
 
 
+SUBSET_NOTE = (
+    "Note: this memory holds {total} facts; <current_memory> shows {shown} of them: the newest "
+    "corrections (and other always-kept categories), the newest facts and those most relevant to this "
+    'conversation. The facts not shown stay stored as they are. Name in "factsToRemove", '
+    '"replaces", "staleFactsToRemove" and "sourceIds" only ids shown below: other ids are ignored.'
+)
+GUARANTEED_SHARE = 4
+"""The guaranteed categories get up to 1/4 of ``update_prompt_max_facts``, newest first."""
+NEWEST_SHARE = 4
+"""The newest facts get up to 1/4 more; relevance to the conversation takes the rest."""
+
+
+def conversation_query(messages: Sequence[Any]) -> str:
+    """The conversation as one BM25 query: the user's turns newest first, then the assistant's,
+    so the first ``MAX_QUERY_CHARS`` (all that ranking reads) hold what the user said last."""
+    turns = list(memory_turns(messages))
+    ordered = [text for kind, text in reversed(turns) if kind == "human"]
+    ordered += [text for kind, text in reversed(turns) if kind != "human"]
+    parts: list[str] = []
+    total = 0
+    for text in ordered:
+        parts.append(text[:MAX_QUERY_CHARS])
+        total += len(parts[-1]) + 1
+        if total >= MAX_QUERY_CHARS:
+            break
+    return "\n".join(parts)
+
+
+def _created_at(fact: dict[str, Any]) -> float:
+    moment = parse_timestamp(fact.get("createdAt"))
+    return moment.timestamp() if moment is not None else float("-inf")
+
+
+def select_prompt_facts(facts: Sequence[Any], query: str, config: MemoryConfig) -> list[int]:
+    """Indices (document order) of the facts the update prompt shows; every fact up to
+    ``update_prompt_max_facts``, past it the mix the module doc describes. Deterministic: the
+    same facts, query and config give the same choice (``shown_fact_ids`` relies on it)."""
+    indices = [i for i, fact in enumerate(facts) if isinstance(fact, dict)]
+    limit = config.update_prompt_max_facts
+    if len(indices) <= limit:
+        return indices
+    # Newest first; undated facts last; ties: the later in the document first.
+    newest = sorted(indices, key=lambda i: (_created_at(facts[i]), i), reverse=True)
+    guaranteed = frozenset(config.guaranteed_categories)
+    chosen: dict[int, None] = {}
+
+    def take(order: Sequence[int], quota: int) -> None:
+        stop = len(chosen) + quota
+        for index in order:
+            if len(chosen) >= min(stop, limit):
+                return
+            chosen.setdefault(index, None)
+
+    take([i for i in newest if facts[i].get("category") in guaranteed], limit // GUARANTEED_SHARE)
+    take(newest, limit // NEWEST_SHARE)
+    texts = [content if isinstance(content := facts[i].get("content"), str) else "" for i in indices]
+    scores = bm25_scores(query, texts)
+    relevant = sorted((p for p, score in enumerate(scores) if score > 0), key=lambda p: -scores[p])
+    take([indices[p] for p in relevant], limit)
+    take(newest, limit)
+    return sorted(chosen)
+
+
+def shown_fact_ids(
+    memory: MemoryDocument, messages: Sequence[Any], config: MemoryConfig
+) -> frozenset[str] | None:
+    """The ids of the facts the update prompt for ``messages`` shows, or ``None`` when it shows them
+    all (the scope is within ``update_prompt_max_facts``): what the apply step may let the reply
+    remove, replace or merge."""
+    facts = memory.get("facts")
+    if not isinstance(facts, list) or len(facts) <= config.update_prompt_max_facts:
+        return None
+    chosen = select_prompt_facts(facts, conversation_query(messages), config)
+    return frozenset(fid for i in chosen if isinstance(fid := facts[i].get("id"), str))
+
+
+def _prompt_memory(
+    memory: MemoryDocument, messages: Sequence[Any], config: MemoryConfig
+) -> tuple[MemoryDocument, str]:
+    """The document the prompt shows (the whole one, or the subset) and the note that says so."""
+    facts = memory.get("facts")
+    if not isinstance(facts, list) or len(facts) <= config.update_prompt_max_facts:
+        return memory, ""
+    chosen = select_prompt_facts(facts, conversation_query(messages), config)
+    note = SUBSET_NOTE.format(total=len(facts), shown=len(chosen))
+    return {**memory, "facts": [facts[i] for i in chosen]}, note
+
+
 def signal_hints(*, correction_detected: bool, reinforcement_detected: bool) -> str:
     hints = []
     if correction_detected:
@@ -201,15 +301,19 @@ def build_update_prompt(
     """Chat messages for the update call, or ``None`` when there is nothing to learn from.
 
     ``config`` (the reference defaults when omitted) decides whether the staleness review and
-    consolidation sections are added; ``now`` (default: the current time) dates the review.
+    consolidation sections are added and how many facts are shown (``update_prompt_max_facts``);
+    ``now`` (default: the current time) dates the review.
     """
     conversation = format_conversation_for_update(messages)
     if not conversation.strip():
         return None
-    shown = escape_memory_for_prompt(_without_long_fields(current_memory))
+    config = config or MemoryConfig()
+    memory, note = _prompt_memory(current_memory, messages, config)
+    shown = escape_memory_for_prompt(_without_long_fields(memory))
     memory_json = json.dumps(shown, indent=2, ensure_ascii=False)
     memory_json = memory_json.translate(_JSON_LINE_SEPARATORS)
-    parts = [
+    parts = [note] if note else []
+    parts += [
         f"<current_memory>\n{memory_json}\n</current_memory>",
         f"<conversation>\n{conversation}\n</conversation>",
     ]
@@ -218,11 +322,10 @@ def build_update_prompt(
     )
     if hints:
         parts.append(hints)
-    config = config or MemoryConfig()
     moment = now or datetime.now(UTC)
     for section in (
-        staleness_section(current_memory, config, moment),
-        consolidation_section(current_memory, config),
+        staleness_section(memory, config, moment),
+        consolidation_section(memory, config),
     ):
         if section:
             parts.append(section)

@@ -29,6 +29,11 @@ was folded into, which now holds what it said. An ``update``
 takes the new fact's wording (content, category, confidence, ``sourceError``, source kind, ``raw``,
 ``structured``) and its type, importance and tags where it states them; the stored fact keeps
 its own otherwise, with its id, dates and relations.
+
+Cost: the stored facts' vectors are stacked into one matrix once per update (``_VectorPool``), so
+each new fact costs a matrix-vector product and a vectorised mask (the categories it may fold
+into, the adjudication candidates); stacking the scope again for every new fact, in both passes,
+cost 1.8 s for 20 new facts in a scope of 10,000.
 """
 
 from __future__ import annotations
@@ -68,6 +73,69 @@ class SimilarFolds:
 
 Fold = Callable[[MemoryDocument, MemoryDocument], SimilarFolds]
 """``fold_similar`` bound to an embedder and scope: (document before the update, after) -> folds."""
+
+
+@dataclass(frozen=True)
+class _Group:
+    """The pool's facts whose vectors have one shape, and those vectors as one matrix."""
+
+    facts: list[Fact]
+    matrix: np.ndarray
+    categories: np.ndarray
+    guarded: np.ndarray
+
+
+class _VectorPool:
+    """Facts and their vectors, stacked once per vector shape (see the module doc)."""
+
+    def __init__(
+        self, facts: Sequence[Fact], vectors: dict[str, np.ndarray], guaranteed: frozenset[str] = frozenset()
+    ) -> None:
+        grouped: dict[tuple[int, ...], list[Fact]] = {}
+        for fact in facts:
+            grouped.setdefault(vectors[str(fact["id"])].shape, []).append(fact)
+        self._guaranteed = guaranteed
+        self._groups = {
+            shape: _Group(
+                members,
+                # One flat concatenate: np.stack's per-array Python work costs more at this size.
+                np.concatenate([vectors[str(fact["id"])] for fact in members]).reshape(len(members), -1),
+                np.array([_category(fact) for fact in members], dtype=object),
+                np.array([_category(fact) in guaranteed for fact in members], dtype=bool),
+            )
+            for shape, members in grouped.items()
+        }
+
+    def mask(self, keep: Callable[[Fact], bool]) -> dict[tuple[int, ...], np.ndarray]:
+        """Which facts of each shape ``keep`` accepts, for ``closest``."""
+        return {
+            shape: np.array([keep(fact) for fact in group.facts], dtype=bool)
+            for shape, group in self._groups.items()
+        }
+
+    def closest(
+        self,
+        vector: np.ndarray,
+        allowed: dict[tuple[int, ...], np.ndarray] | None = None,
+        folding: Fact | None = None,
+    ) -> tuple[Fact, float] | None:
+        """The fact most similar to ``vector`` (the first in order on ties) among those of its shape,
+        ``allowed`` ones only, and only those ``folding`` may fold into (``_may_fold``) when given."""
+        group = self._groups.get(vector.shape)
+        if group is None:
+            return None
+        mask = allowed[vector.shape] if allowed is not None else np.ones(len(group.facts), dtype=bool)
+        if folding is not None:
+            category = _category(folding)
+            may = group.categories == category
+            if category not in self._guaranteed:
+                may |= ~group.guarded
+            mask = mask & may
+        if not mask.any():
+            return None
+        scores = group.matrix @ vector
+        best = int(np.argmax(np.where(mask, scores, -np.inf)))
+        return group.facts[best], float(scores[best])
 
 
 @dataclass(frozen=True)
@@ -128,12 +196,20 @@ def fold_similar(
     vectors, made = scope_vectors(facts, embedder, store, scope)
     guaranteed = frozenset(config.guaranteed_categories)
     new_ids = {id(fact) for fact in new}
-    kept: list[Fact] = [fact for fact in facts if id(fact) not in new_ids and fact.get("id") in vectors]
+    stored = _VectorPool(
+        [fact for fact in facts if id(fact) not in new_ids and fact.get("id") in vectors], vectors, guaranteed
+    )
+    kept: list[Fact] = []  # new facts kept so far; they come after the stored ones, so a tie goes to those
     result = SimilarFolds(memory)
     dropped: set[int] = set()
     for fact in new:
         vector = vectors.get(fact.get("id"))  # type: ignore[arg-type]
-        match = _best_match(fact, vector, kept, vectors, guaranteed) if vector is not None else None
+        match = None
+        if vector is not None:
+            match = stored.closest(vector, folding=fact)
+            repeat = _best_match(fact, vector, kept, vectors, guaranteed)
+            if repeat is not None and (match is None or repeat[1] > match[1]):
+                match = repeat
         if match is None or match[1] < config.dedup_similarity:
             if vector is not None:
                 kept.append(fact)
@@ -149,9 +225,15 @@ def fold_similar(
         with_relations(into, _supersedes(fact))
     moved: dict[str, str] = {}
     if adjudicate is not None and config.adjudication_similarity is not None:
-        stored = [f for f in kept if f.get("id") in before and str(f["id"]) not in result.folded]
+        targets = stored.mask(
+            lambda f: (
+                f.get("id") in before
+                and str(f["id"]) not in result.folded
+                and f.get("visibility", "private") == "private"
+            )
+        )
         left = [f for f in new if id(f) not in dropped and f.get("id") in vectors]
-        pairs = _near_pairs(left, stored, vectors, config.adjudication_similarity)
+        pairs = _near_pairs(left, stored, targets, vectors, config.adjudication_similarity)
         pairs = pairs[: config.adjudication_max_candidates]
         if pairs:
             decisions = adjudicate(pairs)
@@ -182,21 +264,19 @@ def _fold_detail(
 
 
 def _near_pairs(
-    new: Sequence[Fact], stored: Sequence[Fact], vectors: dict[str, np.ndarray], threshold: float
+    new: Sequence[Fact],
+    stored: _VectorPool,
+    targets: dict[tuple[int, ...], np.ndarray],
+    vectors: dict[str, np.ndarray],
+    threshold: float,
 ) -> list[NearPair]:
-    """Each new fact with its closest private stored fact at or above ``threshold``; a stored fact
-    in one pair at most (its closest); the closest pairs first."""
-    candidates = [fact for fact in stored if fact.get("visibility", "private") == "private"]
+    """Each new fact with its closest stored fact among ``targets`` (private, not a fold target) at
+    or above ``threshold``; a stored fact in one pair at most (its closest); the closest pairs first."""
     pairs: list[NearPair] = []
     for fact in new:
-        vector = vectors[str(fact["id"])]
-        alike = [other for other in candidates if vectors[str(other["id"])].shape == vector.shape]
-        if not alike:
-            continue
-        scores = np.stack([vectors[str(other["id"])] for other in alike]) @ vector
-        best = int(np.argmax(scores))
-        if float(scores[best]) >= threshold:
-            pairs.append(NearPair(fact, alike[best], float(scores[best])))
+        closest = stored.closest(vectors[str(fact["id"])], targets)
+        if closest is not None and closest[1] >= threshold:
+            pairs.append(NearPair(fact, closest[0], closest[1]))
     pairs.sort(key=lambda pair: -pair.similarity)
     taken: set[str] = set()
     chosen: list[NearPair] = []
@@ -306,9 +386,9 @@ def most_similar(
     vectors, made = scope_vectors(facts, embedder, store, scope)
     store.store_vectors(scope, embedder.model, made)
     vector = embedder.embed_documents([content])[0]
-    kept = [fact for fact in facts if fact.get("id") in vectors]
-    candidate: Fact = {"content": content, "category": category}
-    match = _best_match(candidate, vector, kept, vectors, frozenset(config.guaranteed_categories))
+    guaranteed = frozenset(config.guaranteed_categories)
+    pool = _VectorPool([fact for fact in facts if fact.get("id") in vectors], vectors, guaranteed)
+    match = pool.closest(vector, folding={"content": content, "category": category})
     if match is None or match[1] < config.dedup_similarity:
         return None, vector
     return SimilarFact(str(match[0]["id"]), match[1]), vector

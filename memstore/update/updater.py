@@ -59,6 +59,7 @@ from memstore.update.extractor import (
     resolve_extractor,
 )
 from memstore.update.parser import MemoryUpdate
+from memstore.update.prompt import shown_fact_ids
 from memstore.update.similarity import Fold, SimilarFolds, fold_similar
 
 logger = logging.getLogger(__name__)
@@ -180,12 +181,17 @@ class MemoryUpdater:
             # The conversation's own tenant: a worker serves every tenant, each under its identity.
             storage = get_memory_storage().for_identity(context.tenant_id)
             current = storage.load(context.agent_name, user_id=context.user_id)
-            update = self._extractor_for(config).extract(context, current)
+            extractor = self._extractor_for(config)
+            update = extractor.extract(context, current)
             if update is None:
                 return False
             if lease is not None and not isinstance(storage, SqlMemoryStorage):
                 raise ConfigError("the database queue needs the SQL provider (storage_class)")
-            saved = self._apply_and_save(storage, context, current, update, lease)
+            # A large scope's prompt showed a subset: the reply may only act on the facts it saw.
+            shown = None
+            if isinstance(extractor, LLMExtractor):
+                shown = shown_fact_ids(current, context.messages, config)
+            saved = self._apply_and_save(storage, context, current, update, lease, shown)
         except SchemaNotReadyError as exc:
             logger.error(
                 "a memory update is kept for retry: the database schema is not ready "
@@ -206,8 +212,12 @@ class MemoryUpdater:
         current: MemoryDocument,
         update: MemoryUpdate,
         lease: QueueLease | None,
+        shown: frozenset[str] | None = None,
     ) -> bool:
         """Apply ``update`` to ``current`` and save it, with similarity dedup when embeddings are on.
+
+        ``shown``: the fact ids the update's prompt showed, when it showed a subset
+        (``prompt.shown_fact_ids``); the reply removes, replaces and merges only those.
 
         A save that finds a fold target deleted by another writer meanwhile (``FoldTargetGoneError``)
         saved nothing: the update is applied again to the scope as it is now, so the other folds
@@ -229,7 +239,13 @@ class MemoryUpdater:
             may_evict = len(current.get("facts") or ()) + len(update["newFacts"]) > config.max_facts
             signals = storage.fact_signals(context.agent_name, user_id=context.user_id) if may_evict else {}
             applied = apply_updates(
-                current, update, thread_id=context.thread_id, config=config, signals=signals, fold=fold
+                current,
+                update,
+                thread_id=context.thread_id,
+                config=config,
+                signals=signals,
+                fold=fold,
+                shown=shown,
             )
             try:
                 saved = storage.save(

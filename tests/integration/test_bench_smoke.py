@@ -13,6 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLISHED = (ROOT / "bench" / "results.json", ROOT / "bench" / "chart.png", ROOT / "docs" / "performance.md")
 """What only ``--write-docs`` may rewrite."""
 SEARCH_OPERATIONS = ("fulltext", "list_user_category", "stats", "erase_one_user")
+LARGE_STORAGE = (
+    "large_cold_load",
+    "large_inject",
+    "large_inject_local",
+    "large_inject_local_uncached",
+    "large_save_add1",
+    "large_save_evict",
+)
+LARGE_SIZES = (1000, 5000, 10_000)
 SQLITE_VARIANTS = {
     "load_warm_100": {"sqlite", "file"},
     "load_cold_100": {"sqlite", "sqlite3_floor", "langgraph_sqlite", "file"},
@@ -29,6 +38,11 @@ SQLITE_VARIANTS = {
     "concurrent_saves": {"sqlite_1proc", "sqlite_4proc"},
     "queue_llm_200ms": {"sqlite_1w", "sqlite_4w", "sqlite_16w", "sqlite_2x8w", "memory_queue_1w"},
     "search_at_scale": {f"sqlite_{operation}" for operation in SEARCH_OPERATIONS},
+    **{scenario: {f"sqlite_{size}" for size in LARGE_SIZES} for scenario in LARGE_STORAGE},
+    **{
+        scenario: {f"facts_{size}" for size in LARGE_SIZES}
+        for scenario in ("large_update_prompt", "large_update_apply")
+    },
 }
 PG_VARIANTS = {
     "load_warm_100": {"postgresql"},
@@ -42,6 +56,7 @@ PG_VARIANTS = {
     "tenancy_load_cold_100": {"rls_off", "rls_on"},
     "tenancy_save_add1_100": {"rls_off", "rls_on"},
     "tenancy_context_merge": {"own_only", "merged_100_shared"},
+    **{scenario: {f"postgresql_{size}" for size in LARGE_SIZES} for scenario in LARGE_STORAGE},
 }
 QUEUE_LAYOUTS = {"1w": 1, "4w": 4, "16w": 16, "2x8w": 16}
 SQLITE_TARGETS = {
@@ -64,6 +79,10 @@ SQLITE_TARGETS = {
     "queue_200ms_vs_memory_queue",
     "search_sqlite",
     *(f"{operation}_sqlite" for operation in SEARCH_OPERATIONS[1:]),
+    *(f"{scenario}_sqlite" for scenario in LARGE_STORAGE),
+    "large_update_prompt",
+    "large_update_apply",
+    "large_update_prompt_size",
 }
 PG_TARGETS = {
     "pg_concurrency",
@@ -76,6 +95,7 @@ PG_TARGETS = {
     *(f"queue_postgresql_200ms_{layout}" for layout in ("4w", "16w", "2x8w")),
     "search_postgresql",
     *(f"{operation}_postgresql" for operation in SEARCH_OPERATIONS[1:]),
+    *(f"{scenario}_postgresql" for scenario in LARGE_STORAGE),
 }
 
 

@@ -350,7 +350,7 @@ def test_any_word_ranks_a_rare_word_above_a_common_one(storage_factory: StorageF
     storage = storage_factory()
     common = [fact(f"w{i}", f"Had a long meeting at work on day {i}") for i in range(8)]
     # Longer and less confident than the others: only the rarity of its word puts it first.
-    rare = fact("rare", "Planning a long relaxing holiday with old friends to Kyoto next spring", confidence=0.5)
+    rare = fact("rare", "Planning a long holiday with old friends to Kyoto next spring", confidence=0.5)
     store(storage, "ann", None, *common, rare)
     page = search_facts("work Kyoto", FactFilter(user_id="ann"), storage=storage)
     assert ids(page)[0] == "rare"  # one rare word outweighs one word every other fact has

@@ -15,6 +15,7 @@ from typing import Any
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory, utc_now_iso_z
+from memstore.errors import ConfigError
 from memstore.metrics import timed_storage
 from memstore.scope import Scope, resolve_scope
 from memstore.storage.data_dir import data_dir_of
@@ -28,15 +29,27 @@ logger = logging.getLogger(__name__)
 # is noticed even when mtime granularity is coarse and the size happens to match.
 _FileStamp = tuple[int, int, int]
 
+FILE_MAX_FACTS = 500
+"""The largest ``max_facts`` the file provider accepts: each save rewrites (and fsyncs) the scope's
+whole JSON document, and each read parses it whole, so thousands of facts per scope are the SQL
+provider's job, which writes only what changed."""
+
 
 class FileMemoryStorage(FileOperations):
     """Documents under ``base_dir`` (default: ``data_dir``), written atomically.
 
-    Layout: the reference's tree (``memstore.storage.file.layout``).
+    Layout: the reference's tree (``memstore.storage.file.layout``). Refuses to start (``ConfigError``)
+    with ``max_facts`` above ``FILE_MAX_FACTS``.
     """
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
         config = get_memory_config()
+        if config.max_facts > FILE_MAX_FACTS:
+            raise ConfigError(
+                f"max_facts is {config.max_facts}, but the file provider keeps at most {FILE_MAX_FACTS} "
+                "facts per scope (it rewrites a scope's whole JSON file on every save): lower max_facts "
+                "or use the SQL provider (storage_class: memstore.storage.sql.SqlMemoryStorage)"
+            )
         self._base_dir = Path(base_dir) if base_dir is not None else data_dir_of(config)
         self._global_path = self._base_dir / (config.storage_path or FILE_NAME)
         self._cache: dict[Scope, tuple[_FileStamp, MemoryDocument]] = {}
