@@ -153,9 +153,12 @@ class MemoryConfig(BaseModel):
     dedup_similarity: float = Field(default=0.97, gt=0.0, le=1.0)
     relevance_rrf_k: int = Field(default=60, ge=1, le=1000)
     relevance_semantic_weight: float = Field(default=1.0, ge=0.0, le=10.0)
-    relevance_fulltext_weight: float = Field(default=1.0, ge=0.0, le=10.0)
+    relevance_fulltext_weight: float = Field(default=0.5, ge=0.0, le=10.0)
     relevance_confidence_weight: float = Field(default=0.1, ge=0.0, le=10.0)
     relevance_recency_weight: float = Field(default=0.05, ge=0.0, le=10.0)
+    # How the semantic and full-text signals combine: "convex" (their scores, each scaled to 0..1,
+    # weighted by relevance_semantic_weight and relevance_fulltext_weight) or "rrf" (their ranks).
+    relevance_fusion: Literal["convex", "rrf"] = "convex"
     # Full-text search: "any" word of the query ranked by BM25 (stopwords dropped), or "all" of them.
     fulltext_match: Literal["any", "all"] = "any"
     # Candidates each retriever (vectors, full-text index) gives a hybrid search (docs/performance.md).

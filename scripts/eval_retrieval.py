@@ -4,16 +4,16 @@
     .venv/bin/python scripts/eval_retrieval.py --markdown out.md
     .venv/bin/python scripts/eval_retrieval.py --rerank-url http://reranker:8000/v1 --rerank-model M
     .venv/bin/python scripts/eval_retrieval.py --rerank-llm-url http://llm:8000/v1 --rerank-llm-model M
+    .venv/bin/python scripts/eval_retrieval.py --long-conversations --markdown out.md   # eval_longconv.py
 
 Loads the set's 300 facts into a throwaway SQLite database through memstore's own save, embeds
 them with the configured provider (``local`` unless ``--base-url``/``--model`` name an
 OpenAI-compatible endpoint), then runs every query through ``search_facts`` in each mode, scoped
 to the query's user, and reports recall@5 and MRR (first relevant fact within the top 10), with
-BM25 over the user's facts (any word counting) as a reference for full-text search, which needs
-every word of the query. It also
-measures the model (load time, one query, a batch of 100 facts, installed size) and the
-similarity of the labelled duplicate pairs, with precision and recall of ``dedup_similarity``
-thresholds.
+BM25 over the user's facts (any word counting) as a reference for full-text search (which matches
+by ``fulltext_match``: any word by default, every word before issue 39). It also measures the
+model (load time, one query, a batch of 100 facts, installed size) and the similarity of the
+labelled duplicate pairs, with precision and recall of ``dedup_similarity`` thresholds.
 
 Then it ranks the same queries with the record's signals weighted and with a rerank stage, on
 two paths: hybrid search (``search_facts``) and the order ``memory_context(query=...)`` injects
@@ -37,6 +37,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import eval_longconv
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -257,7 +259,11 @@ def main() -> None:
     parser.add_argument("--rerank-model", help="its model")
     parser.add_argument("--rerank-llm-url", help="an OpenAI-compatible chat endpoint for the llm rerank rows")
     parser.add_argument("--rerank-llm-model", help="its chat model")
+    eval_longconv.add_arguments(parser)
     args = parser.parse_args()
+    if args.long_conversations:
+        eval_longconv.run(args)
+        return
     reranks: list[tuple[str, dict[str, Any]]] = []
     if args.rerank_url:
         reranks.append(

@@ -1,24 +1,26 @@
-"""Query-aware ranking of a scope's facts by reciprocal rank fusion (RRF).
+"""Query-aware ranking of a scope's facts: how well each answers the query, then tie-breakers.
 
-Four rankings of the scope's facts are fused, each contributing ``weight / (k + rank)`` for the
-facts it ranks (rank 1 is best):
+Query relevance comes from two signals (``query_relevance``):
 
 - **semantic**: cosine similarity of the fact's vector to the query's (facts with a vector);
 - **full-text**: BM25 of the query's terms in the fact's text (facts sharing at least one term);
   terms are lower-cased words, and character bigrams for Chinese, Japanese and Korean text, which
-  has no spaces to split words at;
-- **confidence**: every fact, highest first;
-- **recency**: every fact, newest ``createdAt`` first (undated facts last);
+  has no spaces to split words at.
+
+With ``relevance_fusion: convex`` (the default) each is scaled to 0..1 over the candidates that
+have it and the two are weighted by ``relevance_semantic_weight`` (1.0) and
+``relevance_fulltext_weight`` (0.5) over their sum; with ``rrf`` each adds ``weight / (k + rank)``
+(rank 1 is best, ``relevance_rrf_k`` 60). Then rankings add ``weight / (k + rank)`` as tie-breakers:
+
+- **confidence**: every fact, highest first (``relevance_confidence_weight``, 0.1);
+- **recency**: every fact, newest ``createdAt`` first, undated facts last (0.05);
 - **importance** and **decay** (the record's signals, weights 0 by default): every fact, highest
   ``importance`` first, and highest decay score first (``memstore.retention``: confidence times
   the freshness or use that keeps a fact). Most facts share the default importance, so equal
   values share the best rank of their group: a ranking where everyone ties moves nobody.
 
-``score(fact) = Σ weight_r / (k + rank_r(fact))`` with ``relevance_rrf_k`` (60) and the
-``relevance_*_weight`` settings (1.0, 1.0, 0.1, 0.05, 0.0, 0.0). Fusion works on ranks, not raw
-scores, so a cosine of 0.83 and a BM25 of 7.1 never need a common scale, and a fact that only one
-ranking likes still has a place. Ties keep the stored order. ``render.render_memory`` takes the
-scores; the guaranteed categories still come first, from their own budget.
+Ties keep the stored order. ``render.render_memory`` takes the scores; the guaranteed categories
+still come first, from their own budget.
 
 ``standing_scores`` is the importance and decay part alone, for any candidate list (hybrid
 search adds it to its own fusion); ``standing_order`` orders facts without a query.
@@ -57,6 +59,8 @@ class RelevanceWeights:
     recency: float
     importance: float = 0.0
     decay: float = 0.0
+    fusion: str = "convex"
+    """How semantic and full-text relevance combine (``query_relevance``)."""
     retention: RetentionPolicy = field(default_factory=lambda: RetentionPolicy.of(MemoryConfig()))
     """The half-lives the decay ranking scores with."""
 
@@ -70,6 +74,7 @@ class RelevanceWeights:
             config.relevance_recency_weight,
             config.relevance_importance_weight,
             config.relevance_decay_weight,
+            config.relevance_fusion,
             RetentionPolicy.of(config),
         )
 
@@ -254,6 +259,48 @@ def _fuse_into(fused: np.ndarray, weight: float, values: np.ndarray, k: int) -> 
     fused[order] += weight / (k + np.arange(1, len(order) + 1))
 
 
+def relevance_scores(
+    semantic: np.ndarray,
+    lexical: np.ndarray,
+    confidence: np.ndarray,
+    recency: np.ndarray,
+    weights: RelevanceWeights,
+) -> np.ndarray:
+    """One score per candidate: ``query_relevance`` plus the confidence and recency rankings, fused
+    by rank (NaN: unranked; in numpy, so a scope of thousands of facts ranks in milliseconds)."""
+    fused = query_relevance(semantic, lexical, weights)
+    _fuse_into(fused, weights.confidence, confidence, weights.k)
+    _fuse_into(fused, weights.recency, recency, weights.k)
+    return fused
+
+
+def query_relevance(semantic: np.ndarray, lexical: np.ndarray, weights: RelevanceWeights) -> np.ndarray:
+    """How well each candidate answers the query, from its cosine similarity and its BM25 score
+    (NaN: no vector, no shared word).
+
+    ``convex``: each signal scaled to 0..1 over the candidates that have it (min-max), then the two
+    weighted by ``semantic`` and ``fulltext`` over their sum; a candidate without a signal gets 0
+    from it. ``rrf``: ``weight / (k + rank)`` for each ranking. On the long-conversation set rank
+    fusion let a weaker full-text ranking pull good semantic hits down (hybrid recall@10 0.64 against
+    0.71 for semantic alone); scores keep how far apart the candidates are
+    (docs/performance.md#retrieval-over-long-conversations-issue-39).
+    """
+    fused = np.zeros(len(semantic))
+    if weights.fusion == "rrf":
+        _fuse_into(fused, weights.semantic, semantic, weights.k)
+        _fuse_into(fused, weights.fulltext, lexical, weights.k)
+        return fused
+    total = weights.semantic + weights.fulltext
+    for weight, values in ((weights.semantic, semantic), (weights.fulltext, lexical)):
+        present = ~np.isnan(values)
+        if weight <= 0 or not present.any():
+            continue
+        low, high = values[present].min(), values[present].max()
+        scaled = (values[present] - low) / (high - low) if high > low else np.ones(int(present.sum()))
+        fused[present] += weight / total * scaled
+    return fused
+
+
 def fused_scores(
     facts: Sequence[Mapping[Any, Any]],
     query: str,
@@ -277,15 +324,7 @@ def fused_scores(
     confidence = np.array([fact_confidence(fact) for fact in facts], dtype=np.float64)
     created = [_created(fact) for fact in facts]
     recency = np.array([math.nan if at is None else at for at in created], dtype=np.float64)
-    # fuse_rankings over ranked_order, in numpy: a scope of thousands of facts ranks in milliseconds.
-    fused = np.zeros(len(facts))
-    for weight, ranking in (
-        (weights.semantic, semantic),
-        (weights.fulltext, lexical),
-        (weights.confidence, confidence),
-        (weights.recency, recency),
-    ):
-        _fuse_into(fused, weight, ranking, weights.k)
+    fused = relevance_scores(semantic, lexical, confidence, recency, weights)
     scores: list[float] = fused.tolist()
     if weights.uses_standing:
         standing = standing_scores(fact_candidates(facts, signals), weights, now or datetime.now(UTC))

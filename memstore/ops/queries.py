@@ -13,9 +13,12 @@ are the operator's and cross tenants.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+
+import numpy as np
 
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.embedding import Embedder
@@ -23,9 +26,7 @@ from memstore.errors import MemstoreError, QueryError
 from memstore.inject.relevance import (
     MAX_QUERY_CHARS,
     RelevanceWeights,
-    bm25_scores,
-    fuse_rankings,
-    ranked_order,
+    relevance_scores,
     standing_scores,
 )
 from memstore.inject.rerank import rerank_order
@@ -167,12 +168,12 @@ def _semantic(config: MemoryConfig, storage: MemoryStorage) -> tuple[Embedder, V
 def _fused_page(
     query: str, nearest: FactPage, matched: FactPage, config: MemoryConfig, limit: int, offset: int
 ) -> FactPage:
-    """Fuse the semantic and full-text candidates by rank (``inject.relevance``), then rerank the top.
+    """Fuse the semantic and full-text candidates (``inject.relevance.relevance_scores``), then
+    rerank the top.
 
-    The full-text ranking is the index's order of its own candidates, then the other candidates
-    that share a word with the query by BM25 over their text (words, CJK bigrams), so a semantic
-    candidate the index did not return still ranks by its words; confidence, recency, importance
-    and decay rank the whole pool. With ``rerank`` set, the top ``rerank_top_n`` of the pool are
+    A candidate's semantic signal is its cosine similarity when the vector search returned it, its
+    full-text signal the index's rank when the index did (BM25); confidence, recency, importance and
+    decay rank the whole pool. With ``rerank`` set, the top ``rerank_top_n`` of the pool are
     reordered (``inject.rerank``; a failure keeps the fused order), so a reranked fact's ``rank``
     may be lower than the one after it. The page's ``total`` is the pool's size.
     """
@@ -181,27 +182,21 @@ def _fused_page(
     for record in [*nearest.facts, *matched.facts]:
         records.setdefault((record.user_id, record.agent_name, record.fact_id), record)
     keys = list(records)
-    indexed = [(r.user_id, r.agent_name, r.fact_id) for r in matched.facts]
-    seen = set(indexed)
-    rest = [key for key in keys if key not in seen]
-    lexical = bm25_scores(query, [records[key].content for key in rest])
-    textual = indexed + [rest[i] for i in ranked_order([s if s > 0 else None for s in lexical])]
-    created = [stamp.timestamp() if (stamp := records[key].created_at) else None for key in keys]
-    fused = fuse_rankings(
-        [
-            (weights.semantic, [(r.user_id, r.agent_name, r.fact_id) for r in nearest.facts]),
-            (weights.fulltext, textual),
-            (weights.confidence, [keys[i] for i in ranked_order([records[k].confidence for k in keys])]),
-            (weights.recency, [keys[i] for i in ranked_order(created)]),
-        ],
-        weights.k,
-    )
+
+    def signal(page: FactPage) -> np.ndarray:
+        ranks = {(r.user_id, r.agent_name, r.fact_id): r.rank for r in page.facts}
+        return np.array([math.nan if (rank := ranks.get(key)) is None else rank for key in keys])
+
+    created = [math.nan if (stamp := records[key].created_at) is None else stamp.timestamp() for key in keys]
+    confidence = np.array([records[key].confidence for key in keys], dtype=np.float64)
+    scores = relevance_scores(signal(nearest), signal(matched), confidence, np.array(created), weights)
+    fused = dict(zip(keys, scores.tolist(), strict=True))
     standing = standing_scores([records[key].candidate() for key in keys], weights, datetime.now(UTC))
-    fused = {key: fused.get(key, 0.0) + standing[i] for i, key in enumerate(keys)}
+    fused = {key: fused[key] + standing[i] for i, key in enumerate(keys)}
     ranked = sorted(keys, key=lambda key: -fused[key])
     ranked = [ranked[i] for i in rerank_order(query, [records[key].content for key in ranked], config)]
     shown = ranked[offset : offset + limit]
-    page = [replace(records[key], rank=round(fused.get(key, 0.0), 6)) for key in shown]
+    page = [replace(records[key], rank=round(fused[key], 6)) for key in shown]
     mode = f"hybrid:{nearest.search_mode.partition(':')[2]}+{matched.search_mode}"
     return FactPage(page, len(keys), limit, offset, mode)
 

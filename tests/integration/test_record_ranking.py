@@ -99,6 +99,7 @@ def test_importance_breaks_a_tie_of_relevance_with_a_query(
         ),
         user_id=USER,
     )
+    isolated_config.relevance_fusion = "rrf"  # by rank, a tie of relevance is a few ranks apart
     embed_facts()
     assert _context("green tea")[0] == "User drinks green tea after lunch"  # the closer vector
     isolated_config.relevance_importance_weight = 2.0

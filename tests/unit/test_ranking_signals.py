@@ -27,7 +27,7 @@ from memstore.inject.rerank_llm import RerankReplyError, numbered_order, rerank_
 from memstore.retention import FactSignals
 
 NOW = datetime(2026, 11, 1, tzinfo=UTC)
-PLAIN = RelevanceWeights(k=60, semantic=1.0, fulltext=1.0, confidence=0.1, recency=0.05)
+PLAIN = RelevanceWeights(k=60, semantic=1.0, fulltext=1.0, confidence=0.1, recency=0.05, fusion="rrf")
 
 
 def _fact(fact_id: str, content: str, confidence: float = 0.8, **record: Any) -> dict[str, Any]:
@@ -43,8 +43,14 @@ def _fact(fact_id: str, content: str, confidence: float = 0.8, **record: Any) ->
 
 
 def _weights(importance: float = 0.0, decay: float = 0.0) -> RelevanceWeights:
+    """Rank fusion throughout, with the full-text weight of PLAIN: these tests count ranks."""
     return RelevanceWeights.of(
-        MemoryConfig(relevance_importance_weight=importance, relevance_decay_weight=decay)
+        MemoryConfig(
+            relevance_importance_weight=importance,
+            relevance_decay_weight=decay,
+            relevance_fusion="rrf",
+            relevance_fulltext_weight=1.0,
+        )
     )
 
 
