@@ -18,7 +18,7 @@ SEARCHES = (
     "full-text, all words (before)",
     "full-text, any word (after)",
     "semantic",
-    "hybrid, all words, rank fusion (before)",
+    "hybrid, all words, rank fusion",
     "hybrid, any word, rank fusion",
     "hybrid, any word, convex (after)",
     "hybrid + second hop (top-3 terms)",
