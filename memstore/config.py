@@ -54,6 +54,10 @@ OTHER_ENV = frozenset(
 benchmark servers, the reliability report, compose.yaml's database password."""
 SQL_STORAGE_CLASS = "memstore.storage.sql.SqlMemoryStorage"
 FILE_STORAGE_CLASS = "memstore.storage.file.FileMemoryStorage"
+FILE_MAX_FACTS = 500
+"""The largest ``max_facts`` the file provider accepts: each save rewrites (and fsyncs) the scope's
+whole JSON document, and each read parses it whole, so thousands of facts per scope are the SQL
+provider's job, which writes only what changed."""
 
 
 class MemoryConfig(BaseModel):
@@ -222,6 +226,16 @@ class MemoryConfig(BaseModel):
         )
         if not any(weight > 0 for weight in weights):
             raise ValueError("at least one relevance_*_weight must be above 0")
+        return self
+
+    @model_validator(mode="after")
+    def _file_provider_cap(self) -> MemoryConfig:
+        if self.storage_class == FILE_STORAGE_CLASS and self.max_facts > FILE_MAX_FACTS:
+            raise ValueError(
+                f"max_facts {self.max_facts} is over {FILE_MAX_FACTS}, the most the file provider keeps "
+                "per scope (it rewrites a scope's whole JSON file on every save): lower max_facts or "
+                f"use the SQL provider (storage_class: {SQL_STORAGE_CLASS})"
+            )
         return self
 
     @model_validator(mode="after")

@@ -9,10 +9,9 @@ from typing import Any
 
 from sqlalchemy import insert
 
-from memstore.config import MemoryConfig, get_memory_config, set_memory_config
+from memstore.config import FILE_MAX_FACTS, MemoryConfig, get_memory_config, set_memory_config
 from memstore.document import FACT_CATEGORIES, HISTORY_SECTIONS, USER_SECTIONS, fact_content_key
 from memstore.storage.file import FileMemoryStorage
-from memstore.storage.file.provider import FILE_MAX_FACTS
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.schema.models import Base

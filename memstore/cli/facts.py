@@ -106,7 +106,7 @@ def list_command(
     type=click.Choice(SEARCH_MODES),
     default="fulltext",
     show_default=True,
-    help="fulltext: words, ranked by BM25; semantic: nearest by meaning; hybrid: both, rank-fused "
+    help="fulltext: words, ranked by BM25; semantic: nearest by meaning; hybrid: both, fused "
     "(semantic and hybrid need embedding_provider).",
 )
 @click.option(

@@ -21,15 +21,18 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from memstore.config import MemoryConfig, get_memory_config
+from memstore.document import MAX_FACT_CHARS
 from memstore.embedding import Embedder
 from memstore.errors import MemstoreError, QueryError
 from memstore.inject.relevance import (
     MAX_QUERY_CHARS,
     RelevanceWeights,
+    bm25_scores,
     relevance_scores,
     standing_scores,
 )
 from memstore.inject.rerank import rerank_order
+from memstore.ops.validation import search_text
 from memstore.retention import RetentionPolicy
 from memstore.scope import Scope, validate_user_id
 from memstore.storage.base import MemoryStorage
@@ -122,16 +125,19 @@ def search_facts(
 
     ``mode``: ``fulltext`` (the index's BM25, then confidence; the page's ``search_mode`` says
     whether the index or substring matching served it), ``semantic`` (cosine similarity of the
-    facts' vectors to the query's, as ``rank``; needs ``embedding_provider``), or ``hybrid``
-    (reciprocal rank fusion of both with confidence and recency, see ``inject.relevance``; ``rank``
-    is the fused score, and ``total`` counts the candidates fused: the best ``hybrid_pool`` (or
-    twice the page's end) of each retriever). ``match`` (default: ``fulltext_match``) says whether
-    a full-text hit needs ``any`` of the query's words (function words aside) or ``all`` of them.
-    The text is never parsed as query syntax. This is an operator's search, so it counts as no
-    access of the facts it finds (a user's own search, ``ops.facts.search_memory_facts``, does).
+    facts' vectors to the query's, as ``rank``; needs ``embedding_provider``), or ``hybrid`` (both
+    signals combined as ``relevance_fusion`` says, confidence and recency breaking ties, see
+    ``inject.relevance``; ``rank`` is the fused score, and ``total`` counts the candidates fused:
+    the best ``hybrid_pool`` (or twice the page's end) of each retriever). ``match`` (default:
+    ``fulltext_match``) says whether a full-text hit needs ``any`` of the query's words (function
+    words aside) or ``all`` of them. The text is never parsed as query syntax; longer than
+    ``MAX_FACT_CHARS`` or holding what no store can (NUL, a lone surrogate) it is a ``QueryError``.
+    This is an operator's search, so it counts as no access of the facts it finds (a user's own
+    search, ``ops.facts.search_memory_facts``, does).
     """
     if not isinstance(query, str) or not query.strip():
         raise QueryError("the search query is empty")
+    search_text("query", query, MAX_FACT_CHARS)
     if mode not in SEARCH_MODES:
         raise QueryError(f"unknown search mode {mode!r}; use one of {', '.join(SEARCH_MODES)}")
     if match is not None and match not in SEARCH_MATCHES:
@@ -172,7 +178,8 @@ def _fused_page(
     rerank the top.
 
     A candidate's semantic signal is its cosine similarity when the vector search returned it, its
-    full-text signal the index's rank when the index did (BM25); confidence, recency, importance and
+    full-text signal the index's rank when the index did (BM25; when substring matching served that
+    side, BM25 over the pool's text); confidence, recency, importance and
     decay rank the whole pool. With ``rerank`` set, the top ``rerank_top_n`` of the pool are
     reordered (``inject.rerank``; a failure keeps the fused order), so a reranked fact's ``rank``
     may be lower than the one after it. The page's ``total`` is the pool's size.
@@ -189,7 +196,13 @@ def _fused_page(
 
     created = [math.nan if (stamp := records[key].created_at) is None else stamp.timestamp() for key in keys]
     confidence = np.array([records[key].confidence for key in keys], dtype=np.float64)
-    scores = relevance_scores(signal(nearest), signal(matched), confidence, np.array(created), weights)
+    lexical = signal(matched)
+    if any(record.rank is None for record in matched.facts):
+        # Substring matching served the full-text side (``all`` with CJK text) and ranked nothing:
+        # BM25 over the pool's text stands in for the index's score.
+        pooled = bm25_scores(query, [records[key].content for key in keys])
+        lexical = np.array([score if score > 0 else math.nan for score in pooled])
+    scores = relevance_scores(signal(nearest), lexical, confidence, np.array(created), weights)
     fused = dict(zip(keys, scores.tolist(), strict=True))
     standing = standing_scores([records[key].candidate() for key in keys], weights, datetime.now(UTC))
     fused = {key: fused[key] + standing[i] for i, key in enumerate(keys)}

@@ -19,12 +19,15 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Literal
 
 SearchMatch = Literal["any", "all"]
 SEARCH_MATCHES: tuple[SearchMatch, ...] = ("any", "all")
-MAX_SEARCH_TERMS = 32
+MAX_SEARCH_TERMS = 16
 """The most terms an ``any`` query matches on (the first ones); a pasted paragraph is not a question."""
+MAX_ALL_TERMS = 64
+"""The most words an ``all`` query requires (the first ones): SQLite refuses deeper expressions."""
 
 _INDEX_WORD = re.compile(r"\w+")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
@@ -92,10 +95,11 @@ _CJK_STOP_CHARACTERS = frozenset("的了是我你他她它们在吗呢吧啊和�
 """Chinese particles and pronouns: a bigram made only of these ("什么", "我们") matches everything."""
 
 
-def text_terms(text: str) -> tuple[str, ...]:
-    """Lower-cased words; runs of CJK characters become their character bigrams (or the lone character)."""
+def text_terms(text: str, *, fold: Callable[[str], str] = str.casefold) -> tuple[str, ...]:
+    """Words, folded (``casefold`` by default); runs of CJK characters become their character
+    bigrams (or the lone character)."""
     terms: list[str] = []
-    for word in _WORD.findall(text.casefold()):
+    for word in _WORD.findall(fold(text)):
         start = 0
         for run in _CJK.finditer(word):
             if run.start() > start:
@@ -108,34 +112,48 @@ def text_terms(text: str) -> tuple[str, ...]:
     return tuple(terms)
 
 
-def query_terms(query: str) -> list[str]:
-    """The terms of ``query`` that tell facts apart, once each, in order: no function words."""
-    return list(dict.fromkeys(term for term in text_terms(query) if not _is_stop_term(term)))
+def query_terms(query: str, *, fold: Callable[[str], str] = str.casefold) -> list[str]:
+    """The terms of ``query`` that tell facts apart, once each, in order: no function words, and
+    no lone letter or digit outside CJK (the "s" of "what's")."""
+    return list(dict.fromkeys(term for term in text_terms(query, fold=fold) if not _is_stop_term(term)))
 
 
 def _is_stop_term(term: str) -> bool:
     if term in STOP_WORDS:
         return True
-    return _CJK.fullmatch(term) is not None and all(char in _CJK_STOP_CHARACTERS for char in term)
+    if _CJK.fullmatch(term) is None:
+        return len(term) == 1
+    return all(char in _CJK_STOP_CHARACTERS for char in term)
 
 
-def any_terms(query: str) -> list[str]:
+def any_terms(query: str, *, fold: Callable[[str], str] = str.lower) -> list[str]:
     """What an ``any`` search matches on: at most ``MAX_SEARCH_TERMS`` of ``query_terms``, or
-    every term when all of them are function words ("who are you?" still searches)."""
-    terms = query_terms(query) or list(dict.fromkeys(text_terms(query)))
+    every term when all of them are function words ("who are you?" still searches).
+
+    Lower-cased, not case-folded, by default: the indexes lower-case, so "Straße" must stay
+    "straße" for them (a scan in Python may fold both sides).
+    """
+    terms = query_terms(query, fold=fold) or list(dict.fromkeys(text_terms(query, fold=fold)))
     return terms[:MAX_SEARCH_TERMS]
 
 
+def holds_term(term: str, words: set[str], text: str) -> bool:
+    """Whether a text (its ``text_terms`` as ``words``, and itself lower-cased) holds an ``any``
+    term: a word as a whole word, CJK as a substring (a lone character is no bigram of the text)."""
+    return term in words or (_CJK.fullmatch(term) is not None and term in text)
+
+
 def substring_terms(query: str) -> list[str]:
-    """Whitespace-separated terms; a fact matches the ``all`` fallback when it contains every one."""
-    return query.split()
+    """Whitespace-separated terms, once each and at most ``MAX_ALL_TERMS``; a fact matches the
+    ``all`` fallback when it contains every one."""
+    return list(dict.fromkeys(query.split()))[:MAX_ALL_TERMS]
 
 
 def unservable_reason(query: str) -> str | None:
     """Why the full-text index cannot answer ``query``, or None when it can."""
     if _CJK.search(query):
         return "the index does not segment CJK text"
-    if not _INDEX_WORD.search(query):
+    if not _WORD.search(query):
         return "the query has no words"
     return None
 

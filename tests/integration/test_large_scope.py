@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
-from memstore.config import FILE_STORAGE_CLASS, MemoryConfig
+from memstore.config import FILE_STORAGE_CLASS, MemoryConfig, build_memory_config
 from memstore.document import create_empty_memory, format_timestamp
 from memstore.errors import ConfigError
 from memstore.gateway.middleware import MemoryMiddleware
@@ -161,7 +161,12 @@ def test_the_file_provider_refuses_max_facts_past_500(tmp_path: Path, isolated_c
         FileMemoryStorage(tmp_path / "files")
     assert "SqlMemoryStorage" in str(raised.value)  # and it says what to use instead
 
+    # Named as the provider, the configuration itself refuses, at load and on assignment.
+    with pytest.raises(ValidationError, match="max_facts 501 is over 500"):
+        isolated_config.storage_class = FILE_STORAGE_CLASS
+    with pytest.raises(ConfigError, match="max_facts 501 is over 500"):
+        build_memory_config({"storage_class": FILE_STORAGE_CLASS, "max_facts": 501})
+    isolated_config.max_facts = 500
     isolated_config.storage_class = FILE_STORAGE_CLASS
-    reset_memory_storage()
-    with pytest.raises(ConfigError, match="max_facts is 501"):
-        MemoryMiddleware().memory_context(user_id=USER)  # loud at the first use, not a turn without memory
+    with pytest.raises(ValidationError, match="max_facts 501 is over 500"):
+        isolated_config.max_facts = 501

@@ -376,3 +376,37 @@ def test_any_word_search_of_chinese_ranks_by_shared_bigrams(storage_factory: Sto
 def test_an_unknown_match_is_a_query_error(storage: MemoryStorage) -> None:
     with pytest.raises(QueryError, match="unknown match"):
         search_facts("tea", match="some", storage=storage)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("match", ["any", "all"])
+def test_awkward_queries_search_as_words_on_every_provider(
+    storage_factory: StorageFactory, match: str
+) -> None:
+    storage = storage_factory()
+    store(
+        storage,
+        "ann",
+        None,
+        fact("k1", "Lives on Straße 5 with Κώστας"),
+        fact("k2", "Starts work at nine"),
+        fact("k3", "Bob's hobby is woodwork"),
+    )
+    where = FactFilter(user_id="ann")
+
+    def found(query: str) -> set[str]:
+        return set(ids(search_facts(query, where, match=match, storage=storage)))  # type: ignore[arg-type]
+
+    assert found("Straße") == {"k1"}  # lower-cased as the indexes do, not case-folded to "strasse"
+    assert found("Κώστας") == {"k1"}
+    assert found("__") == set()  # no word at all: nothing, and no error
+    assert found(" ".join(["zq"] * 600)) == set()  # one distinct word, however often repeated
+    assert found(" ".join(f"w{i}" for i in range(300)) + " 京都") == set()  # many words: capped, no error
+    if match == "any":
+        # "s" and "art" are no words of k2 ("Starts"): a fragment never matches.
+        assert found("what's Bob's art?") == {"k3"}
+
+
+def test_the_operator_search_refuses_text_no_store_can_hold(storage: MemoryStorage) -> None:
+    for query in ("tea\x00", "tea \ud800", "x" * 2001):
+        with pytest.raises(QueryError, match="query"):
+            search_facts(query, storage=storage)

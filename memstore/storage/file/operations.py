@@ -53,7 +53,14 @@ from memstore.storage.records import (
     by_score,
     with_scores,
 )
-from memstore.storage.search_text import SearchMatch, any_terms, inverse_document_frequency, substring_terms
+from memstore.storage.search_text import (
+    SearchMatch,
+    any_terms,
+    holds_term,
+    inverse_document_frequency,
+    substring_terms,
+    text_terms,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -251,14 +258,18 @@ def _matches(fact: FactRecord, where: FactFilter) -> bool:
 
 
 def _any_term_ranked(facts: list[FactRecord], search: str) -> list[FactRecord]:
-    """The facts containing any of the query's terms, by the summed inverse document frequency of
-    the terms each contains (as the SQL provider's substring search), then confidence."""
-    folded = [fact.content.casefold() for fact in facts]
-    terms = any_terms(search)
-    weights = [inverse_document_frequency(len(facts), sum(term in text for text in folded)) for term in terms]
+    """The facts holding any of the query's terms as a word (CJK: a character bigram), by the summed
+    inverse document frequency of the terms each holds (as the SQL provider ranks), then confidence."""
+    texts = [fact.content.casefold() for fact in facts]
+    held = [(set(text_terms(text)), text) for text in texts]
+    terms = any_terms(search, fold=str.casefold)  # both sides folded: "STRASSE" finds "Straße"
+    weights = [
+        inverse_document_frequency(len(facts), sum(holds_term(term, *words) for words in held))
+        for term in terms
+    ]
     scored = [
-        (sum(weight for term, weight in zip(terms, weights, strict=True) if term in text), fact)
-        for fact, text in zip(facts, folded, strict=True)
+        (sum(weight for term, weight in zip(terms, weights, strict=True) if holds_term(term, *words)), fact)
+        for fact, words in zip(facts, held, strict=True)
     ]
     scored = [(score, fact) for score, fact in scored if score > 0]
     scored.sort(key=lambda pair: (-pair[0], -pair[1].confidence))

@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from memstore.config import get_memory_config
+from memstore.config import FILE_MAX_FACTS, get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory, utc_now_iso_z
 from memstore.errors import ConfigError
 from memstore.metrics import timed_storage
@@ -29,17 +29,13 @@ logger = logging.getLogger(__name__)
 # is noticed even when mtime granularity is coarse and the size happens to match.
 _FileStamp = tuple[int, int, int]
 
-FILE_MAX_FACTS = 500
-"""The largest ``max_facts`` the file provider accepts: each save rewrites (and fsyncs) the scope's
-whole JSON document, and each read parses it whole, so thousands of facts per scope are the SQL
-provider's job, which writes only what changed."""
-
 
 class FileMemoryStorage(FileOperations):
     """Documents under ``base_dir`` (default: ``data_dir``), written atomically.
 
     Layout: the reference's tree (``memstore.storage.file.layout``). Refuses to start (``ConfigError``)
-    with ``max_facts`` above ``FILE_MAX_FACTS``.
+    with ``max_facts`` above ``FILE_MAX_FACTS`` (which ``MemoryConfig`` also refuses when
+    ``storage_class`` names this provider; a subclass or direct construction is checked here).
     """
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
