@@ -132,6 +132,7 @@ def _turn(scope: _Scope, config: MemoryConfig, *, uncached: bool = False) -> Sam
             use_tiktoken=config.token_counting == "tiktoken",
             scores=scores,
             others=others,
+            dated=config.injection_fact_dates,
         )
         assert block and fact_ids
         storage.record_access(None, user_id=user, fact_ids=fact_ids)
