@@ -9,12 +9,22 @@ from pathlib import Path
 import click
 
 from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
-from memstore.cli.output import progress, user_id_option
+from memstore.cli.output import CliError, progress, user_id_option
 from memstore.cli.params import TENANT_OPTION, agent_name_option, strict_user_id
-from memstore.ops.transfer import ImportReport, export_scopes, import_entries
+from memstore.errors import MemstoreError
+from memstore.ops.embeddings import count_missing
+from memstore.ops.transfer import (
+    ImportEmbedding,
+    ImportReport,
+    embed_imported,
+    export_scopes,
+    import_entries,
+    import_model,
+)
 from memstore.ops.view import one_line
 from memstore.queries import list_scopes
 from memstore.scope import resolve_scope
+from memstore.storage.base import MemoryStorage
 from memstore.storage.file.layout import TreeEntry, discover_tree, other_json_files
 from memstore.storage.loader import get_memory_storage
 
@@ -32,6 +42,12 @@ from memstore.storage.loader import get_memory_storage
 )
 @TENANT_OPTION
 @click.option("--dry-run", is_flag=True, help="Report what would change without writing.")
+@click.option(
+    "--no-embed",
+    "no_embed",
+    is_flag=True,
+    help="Do not embed the imported facts (run `memstore embed` later).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def import_command(
     path: Path,
@@ -39,6 +55,7 @@ def import_command(
     agent_name: str | None,
     tenant_id: str | None,
     dry_run: bool,
+    no_embed: bool,
     as_json: bool,
 ) -> None:
     """Import PATH: a memory tree (users/<u>/[agents/<a>/]memory.json, legacy files) or one JSON file.
@@ -46,6 +63,10 @@ def import_command(
     Idempotent: documents equal to what is stored are reported unchanged and not written.
     Exits 3 when some items were invalid (the valid ones are still imported). Other JSON files in
     a tree (users/alice.json) are listed as skipped; import such a file on its own with --user.
+
+    Then the facts of the imported scopes that have no vector are embedded with the configured
+    embedding_provider, with a progress bar (not with --no-embed or --dry-run). When that fails
+    the import stays committed, the command exits 1, and `memstore embed` finishes the job.
     """
     misplaced: list[tuple[Path, str]] = []
     skipped: list[tuple[Path, str]] = []
@@ -58,13 +79,41 @@ def import_command(
         entries, misplaced = discover_tree(path)
         skipped = other_json_files(path)
     storage = get_memory_storage().for_identity(tenant_id)
+    embed = not (no_embed or dry_run)
+    model = import_model(storage) if embed else None  # a setting that cannot embed fails before writing
     with progress("Importing", len(entries)) as advance:
-        report = import_entries(storage, entries, dry_run=dry_run, on_item=lambda _entry: advance(1))
+        report = import_entries(
+            storage, entries, dry_run=dry_run, on_item=lambda _entry: advance(1), embed=False
+        )
     report.invalid.extend(misplaced)
     report.skipped.extend(skipped)
+    if embed:
+        report.embedding = _embed(storage, report, model)
     _print_report(report, dry_run=dry_run, as_json=as_json)
+    failed = report.embedding.error if report.embedding is not None else None
+    if failed is not None:
+        raise CliError(
+            f"the import is committed, but embedding its facts failed: {one_line(failed)}; "
+            "run `memstore embed` to finish"
+        )
     if report.invalid:
         sys.exit(EXIT_INVALID_ITEMS)
+
+
+def _embed(storage: MemoryStorage, report: ImportReport, model: str | None) -> ImportEmbedding:
+    """Embed what the import's scopes lack, with a bar once the count is known (none: nothing to do)."""
+    if model is None:
+        if report.imported:
+            click.echo("embedding_provider is none: the imported facts are not embedded", err=True)
+        return ImportEmbedding(None)
+    try:
+        total = count_missing(report.scopes, storage=storage)
+    except MemstoreError as exc:
+        return ImportEmbedding(model, 0, str(exc))
+    if total == 0:
+        return ImportEmbedding(model)
+    with progress(f"Embedding {total} fact(s)", total) as advance:
+        return embed_imported(storage, report.scopes, progress=advance)
 
 
 @click.command("export")
@@ -105,6 +154,7 @@ def _print_report(report: ImportReport, *, dry_run: bool, as_json: bool) -> None
             "unchanged": len(report.unchanged),
             "invalid": [{"path": str(path), "reason": reason} for path, reason in report.invalid],
             "skipped": [{"path": str(path), "reason": reason} for path, reason in report.skipped],
+            "embedding": None if report.embedding is None else report.embedding.to_json(),
         }
         click.echo(json.dumps(summary, ensure_ascii=False, indent=2))
         return
@@ -119,3 +169,6 @@ def _print_report(report: ImportReport, *, dry_run: bool, as_json: bool) -> None
         click.echo(f"  skipped {one_line(str(path))}: {one_line(reason)}")
     if report.skipped:
         click.echo("  (to import a skipped file: memstore import FILE --user USER [--agent AGENT])")
+    embedding = report.embedding
+    if embedding is not None and embedding.model is not None:
+        click.echo(f"embedded: {embedding.embedded} fact(s) with {one_line(embedding.model)}")

@@ -1,7 +1,10 @@
 """``openai``: any OpenAI-compatible ``/v1/embeddings`` endpoint, through the official client.
 
 Its base URL, key and model may differ from the chat endpoint's (each defaults to the LLM's).
-Texts go in batches of ``embedding_batch_size``; the client's own retries are off, as for the LLM,
+Texts go in batches of ``embedding_batch_size``, one request after another; bulk embedding
+(``memstore.ops.embeddings``) keeps ``concurrency`` requests in flight instead, because a remote
+endpoint's round trip, not its speed, bounds a single stream of requests (docs/performance.md,
+"Embedding throughput"). The client's own retries are off, as for the LLM,
 so ``embedding_timeout_seconds`` is the client's timeout for a call (connect and each read; a
 query's call, on the request path, at most half of ``memory_context_timeout_seconds``, and
 ``gateway.ranking`` also cuts it off there). The reply is checked before any vector is used:
@@ -24,6 +27,9 @@ from memstore.embedding.vectors import normalized
 from memstore.errors import ConfigError, EmbeddingError, EmbeddingUnavailableError
 
 PLACEHOLDER_API_KEY = "not-needed"
+PARALLEL_REQUESTS = 4
+"""Requests a bulk run keeps in flight. Four covered a 100 ms round trip (2.5x one at a time, and
+eight did no better); more would only sharpen a rate-limited account's bursts."""
 
 
 def _failure(exc: OpenAIError) -> EmbeddingError:
@@ -36,6 +42,9 @@ def _failure(exc: OpenAIError) -> EmbeddingError:
 
 
 class OpenAIEmbedder:
+    concurrency = PARALLEL_REQUESTS
+    """How many ``embed_documents`` calls of ``batch_size`` texts a bulk run may make at once."""
+
     def __init__(self, config: MemoryConfig) -> None:
         if not config.embedding_model:
             raise ConfigError("embedding_provider 'openai' needs embedding_model (MEMSTORE_EMBEDDING_MODEL)")
@@ -44,7 +53,7 @@ class OpenAIEmbedder:
         suffix = f"@{config.embedding_dimensions}" if config.embedding_dimensions else ""
         self.model = f"openai:{config.embedding_model}{suffix}"
         self._dimensions = config.embedding_dimensions
-        self._batch = config.embedding_batch_size
+        self.batch_size = config.embedding_batch_size
         # A query is embedded on the request path: leave memory_context half its time for the rest.
         self._query_timeout = min(config.embedding_timeout_seconds, config.memory_context_timeout_seconds / 2)
         secret = config.embedding_api_key or config.llm_api_key
@@ -57,8 +66,8 @@ class OpenAIEmbedder:
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         rows: list[list[float]] = []
-        for start in range(0, len(texts), self._batch):
-            rows.extend(self._call(list(texts[start : start + self._batch])))
+        for start in range(0, len(texts), self.batch_size):
+            rows.extend(self._call(list(texts[start : start + self.batch_size])))
         if not rows:
             return np.zeros((0, self._dimensions or 0), dtype=np.float32)
         if len({len(row) for row in rows}) > 1:

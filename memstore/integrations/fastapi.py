@@ -19,12 +19,13 @@ the raw body size: that is the mounting app's or its proxy's job (``memstore ser
 # No ``from __future__ import annotations``: FastAPI must evaluate the handlers' annotations,
 # which refer to the factory's local ``Owner``.
 
+import logging
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 try:
-    from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+    from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Query, Request, Response
     from fastapi.exceptions import RequestValidationError
     from fastapi.routing import APIRoute
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
@@ -61,9 +62,12 @@ from memstore.ops.facts import (
     update_memory_fact,
 )
 from memstore.ops.lifecycle import with_retention
+from memstore.ops.transfer import embed_imported
 from memstore.scope import DEFAULT_TENANT_ID, validate_roles, validate_tenant_id
 from memstore.storage.loader import get_memory_storage
 from memstore.storage.records import SearchMode
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "ContextSection",
@@ -174,6 +178,23 @@ def _with_retention(facts: list[dict[str, Any]], caller: Caller) -> list[dict[st
     return with_retention(facts, user_id=caller.user_id, storage=storage)
 
 
+def _embed_import(caller: Caller) -> None:
+    """After ``POST /import`` has answered: embed the caller's facts that lack a vector.
+
+    It runs after the response, so a large import is not held up by the model; a failure is a
+    WARNING (the import is stored; the next update, or ``memstore embed``, embeds the rest).
+    """
+    storage = get_memory_storage().for_identity(caller.tenant_id, caller.roles)
+    outcome = embed_imported(storage, [(caller.user_id, None)])
+    if outcome.error is not None:
+        logger.warning(
+            "the imported memory is stored, but embedding its facts failed (%d embedded): %s; "
+            "`memstore embed` finishes it",
+            outcome.embedded,
+            outcome.error,
+        )
+
+
 def _record_fields(request: FactCreateRequest | FactPatchRequest) -> dict[str, Any]:
     """The request's memory-record fields as the fact helpers take them (``None``: not given)."""
     return {
@@ -253,9 +274,19 @@ def create_memory_router(
         summary="Replace the caller's memory with a document",
         **{**document_route, "responses": {**_ERRORS, **_FORBIDDEN}},
     )
-    def import_memory(document: MemoryImportRequest, owner: Owner) -> MemoryResponse:
+    def import_memory(
+        document: MemoryImportRequest,
+        owner: Owner,
+        background: BackgroundTasks,
+        embed: Annotated[
+            bool, Query(description="Embed the imported facts after the response (semantic search needs it)")
+        ] = True,
+    ) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(import_memory_data(document.model_dump(exclude_none=True), **owner.scope), owner)
+            stored = _memory(import_memory_data(document.model_dump(exclude_none=True), **owner.scope), owner)
+        if embed:
+            background.add_task(_embed_import, owner)
+        return stored
 
     @router.get(
         "/facts",
@@ -276,7 +307,7 @@ def create_memory_router(
         limit: Annotated[int, Query(ge=1, le=100)] = 10,
         mode: Annotated[
             SearchMode,
-            Query(description="fulltext (words), semantic (meaning) or hybrid (both, rank-fused)"),
+            Query(description="fulltext (words), semantic (meaning) or hybrid (both, fused)"),
         ] = "fulltext",
     ) -> list[Fact]:
         with mapped_errors(owner.user_id):

@@ -8,6 +8,12 @@ A document file is refused before it is parsed when it is over ``MAX_DOCUMENT_BY
 after parsing when it breaks the caps of ``memstore.ops.validation.check_document`` (fact and
 summary sizes, fact count, nesting depth): an import reads one whole file into memory, and a
 document the provider cannot copy or store must be reported, not crash the command.
+
+Then, unless told not to, the facts of every scope the import holds that lack a vector under
+the configured model are embedded (``embed_imported``): until then semantic search and
+query-aware injection cannot find them. The embedder is resolved before anything is written, so
+a setting that cannot work fails the import whole; an embedding that fails later (the endpoint
+down) leaves the import committed and is reported, and ``memstore embed`` finishes it.
 """
 
 from __future__ import annotations
@@ -19,13 +25,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memstore.config import MemoryConfig, get_memory_config
 from memstore.document import MAX_DOCUMENT_BYTES, SECTION_GROUPS, MemoryDocument, fact_content_key
-from memstore.errors import InvalidDocumentError, InvalidFactError
+from memstore.errors import InvalidDocumentError, InvalidFactError, MemstoreError
+from memstore.ops.embeddings import embed_facts
 from memstore.ops.validation import check_document
 from memstore.record import RELATIONS_KEY, TAGS_KEY, checked_relations, checked_tags
 from memstore.scope import Scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.file.layout import TreeEntry, scope_path
+from memstore.storage.vectors import semantic_parts
+
+
+@dataclass(frozen=True)
+class ImportEmbedding:
+    """What embedding an import's facts did."""
+
+    model: str | None
+    """The configured model; ``None`` with ``embedding_provider: none`` (nothing is embedded)."""
+    embedded: int = 0
+    error: str | None = None
+    """Why embedding stopped (the endpoint down...): the import itself is committed and whole."""
+
+    def to_json(self) -> dict[str, object]:
+        return {"model": self.model, "embedded": self.embedded, "error": self.error}
 
 
 @dataclass
@@ -35,6 +58,17 @@ class ImportReport:
     invalid: list[tuple[Path, str]] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
     """Files of a tree that are no document of it (not named ``memory.json``): not read, not an error."""
+    embedding: ImportEmbedding | None = None
+    """``None`` when no embedding was asked for (``embed=False``, a dry run)."""
+
+    @property
+    def scopes(self) -> list[Scope]:
+        """The scopes the import left holding the files' memory (imported or unchanged), once each.
+
+        Unchanged ones count: importing a tree again embeds what an earlier run could not.
+        """
+        entries = [*self.imported, *self.unchanged]
+        return list(dict.fromkeys((entry.user_id, entry.agent_name) for entry in entries))
 
 
 def read_document(path: Path) -> MemoryDocument:
@@ -105,8 +139,20 @@ def import_entries(
     *,
     dry_run: bool = False,
     on_item: Callable[[TreeEntry], None] | None = None,
+    embed: bool = True,
+    on_embedded: Callable[[int], None] | None = None,
+    config: MemoryConfig | None = None,
 ) -> ImportReport:
-    """Import each entry unless storage already holds the same memory; nothing is written on dry runs."""
+    """Import each entry unless storage already holds the same memory; nothing is written on dry runs.
+
+    Then, with ``embed`` (and not on a dry run), embed what the imported scopes lack
+    (``embed_imported``; ``on_embedded`` gets each batch's count). A setting that cannot embed
+    raises ``ConfigError`` before anything is written.
+    """
+    config = config or get_memory_config()
+    embedding = embed and not dry_run
+    if embedding:
+        import_model(storage, config)
     report = ImportReport()
     for entry in entries:
         try:
@@ -126,7 +172,51 @@ def import_entries(
                 report.invalid.append((entry.path, "the storage refused the save (see the log)"))
         if on_item is not None:
             on_item(entry)
+    if embedding:
+        report.embedding = embed_imported(storage, report.scopes, config=config, progress=on_embedded)
     return report
+
+
+def import_model(storage: MemoryStorage, config: MemoryConfig | None = None) -> str | None:
+    """The model an import's facts are embedded with; ``None`` with ``embedding_provider: none``.
+
+    Call it before importing: it builds the embedder (loads the local model) and raises
+    ``ConfigError`` for a setting that cannot work (a provider that keeps no vectors, the local
+    model not installed), so such an import fails before it writes.
+    """
+    parts = semantic_parts(config or get_memory_config(), storage)
+    return None if parts is None else parts[0].model
+
+
+def embed_imported(
+    storage: MemoryStorage,
+    scopes: Iterable[Scope],
+    *,
+    config: MemoryConfig | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ImportEmbedding:
+    """Embed the live facts of ``scopes`` (in ``storage``'s tenant) that lack a vector, in batches.
+
+    A failure is returned, not raised: what was imported stays committed and whole, the vectors
+    already written stay, and ``memstore embed`` (or the same import again) embeds the rest.
+    """
+    config = config or get_memory_config()
+    done = 0
+
+    def counted(count: int) -> None:
+        nonlocal done
+        done += count
+        if progress is not None:
+            progress(count)
+
+    model: str | None = None
+    try:
+        model = import_model(storage, config)
+        if model is not None:
+            embed_facts(config=config, storage=storage, scopes=scopes, progress=counted)
+    except MemstoreError as exc:
+        return ImportEmbedding(model, done, str(exc) or type(exc).__name__)
+    return ImportEmbedding(model, done)
 
 
 def _with_stored_ids(facts: list[dict[str, Any]], stored: MemoryDocument) -> list[dict[str, Any]]:
