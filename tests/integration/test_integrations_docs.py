@@ -51,6 +51,7 @@ def test_example_prints_the_documented_output(index: int, tmp_path: Path) -> Non
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stderr
+    assert expected is not None
     assert _undated(result.stdout) == _undated(expected)
 
 
