@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, case, column, func, literal_column, or_, select, table
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 
-from memstore.retention import RetentionPolicy
 from memstore.scope import Identity
-from memstore.storage.records import FactFilter, FactPage, with_scores
+from memstore.storage.records import FactFilter, FactPage
 from memstore.storage.search_text import (
     SearchMatch,
     any_terms,
@@ -48,23 +45,8 @@ def search_facts(
     identity: Identity,
     limit: int,
     offset: int,
-    policy: RetentionPolicy,
 ) -> FactPage:
-    """One page of the live facts ``where`` selects that match ``search`` with ``match``, best
-    first, each with its retention ``score``."""
-    page = _matching(engine, search, match, where, identity, limit, offset)
-    return replace(page, facts=with_scores(page.facts, policy, datetime.now(UTC)))
-
-
-def _matching(
-    engine: Connect,
-    search: str,
-    match: SearchMatch,
-    where: FactFilter,
-    identity: Identity,
-    limit: int,
-    offset: int,
-) -> FactPage:
+    """One page of the live facts ``where`` selects that match ``search`` with ``match``, best first."""
     reason = unservable_reason(search)
     if reason is None:
         try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +24,7 @@ from memstore.storage.records import (
     HistoryEntry,
     MemoryStats,
     owners_words_kept,
+    with_scores,
 )
 from memstore.storage.search_text import SearchMatch
 from memstore.storage.sql.maintenance import erase as maintenance
@@ -86,9 +88,8 @@ class SqlQueries:
                 identity=self._identity,
             )
         else:
-            page = fulltext.search_facts(
-                connect, search, match, where, self._identity, limit, offset, self._retention
-            )
+            found = fulltext.search_facts(connect, search, match, where, self._identity, limit, offset)
+            page = replace(found, facts=with_scores(found.facts, self._retention, datetime.now(UTC)))
         return owners_words_kept(page, where.user_id)
 
     def stats(self) -> MemoryStats:
