@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,langchain,server,mcp,bench,local-embeddings]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,postgres,redis,langchain,server,mcp,bench,local-embeddings]'
 	touch $(STAMP)
 
 # The demo needs only the base package: no dev tools, no optional integrations.
@@ -29,9 +29,10 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # One worker per core (pytest-xdist): every test has its own tmp_path and database, and the suite
-# is CPU-bound, so two cores halve it. PYTEST_ARGS="-n 0" runs it in one process.
+# is CPU-bound, so two cores halve it. PYTEST_ARGS="-n 0" runs it in one process. Each with-*.sh
+# starts a throwaway server (PostgreSQL, Redis) unless its MEMSTORE_TEST_*_URL is already set.
 pytest: $(STAMP)
-	scripts/with-postgres.sh $(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+	scripts/with-postgres.sh scripts/with-redis.sh $(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
 
 test: lint typecheck pytest
 

@@ -35,6 +35,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from memstore.config_sessions import SessionSettings
 from memstore.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -45,13 +46,14 @@ OTHER_ENV = frozenset(
     {
         CONFIG_PATH_ENV,
         "MEMSTORE_TEST_PG_URL",
+        "MEMSTORE_TEST_REDIS_URL",
         "MEMSTORE_BENCH_PG_URL",
         "MEMSTORE_RELIABILITY_REPORT",
         "MEMSTORE_DB_PASSWORD",
     }
 )
 """``MEMSTORE_*`` names that are no setting but are read elsewhere: the settings file, the test and
-benchmark servers, the reliability report, compose.yaml's database password."""
+benchmark servers (PostgreSQL, Redis), the reliability report, compose.yaml's database password."""
 SQL_STORAGE_CLASS = "memstore.storage.sql.SqlMemoryStorage"
 FILE_STORAGE_CLASS = "memstore.storage.file.FileMemoryStorage"
 FILE_MAX_FACTS = 500
@@ -60,7 +62,7 @@ whole JSON document, and each read parses it whole, so thousands of facts per sc
 provider's job, which writes only what changed."""
 
 
-class MemoryConfig(BaseModel):
+class MemoryConfig(SessionSettings, BaseModel):
     """Every memstore setting. Field names and defaults follow the reference pipeline."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)

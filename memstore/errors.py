@@ -231,3 +231,25 @@ class InvalidFactError(MemstoreError, ValueError):
 
 class InvalidDocumentError(MemstoreError, ValueError):
     """A file that cannot be imported; the message is the reason shown to the operator."""
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+class InvalidTurnError(MemstoreError, ValueError):
+    """A session turn that cannot be stored (role, content, name or tool calls); the message says
+    which rule it breaks and never quotes the turn."""
+
+
+class SessionLimitError(MemstoreError):
+    """A session write refused because it would pass a cap: ``kind`` is ``turns`` (the raw turns
+    one session holds while its compression is pending, ``session_max_stored_turns``) or
+    ``sessions`` (a user's sessions, ``session_max_per_user``). Nothing of the write was stored."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class SessionStoreUnavailableError(StorageUnavailableError):
+    """The session store (the database or Redis) did not answer; nothing was written."""

@@ -142,7 +142,7 @@ def checked_structured(value: object) -> dict[str, Any]:
     """A JSON object no deeper than ``MAX_STRUCTURED_NESTING`` and no longer than its cap."""
     if not isinstance(value, dict):
         raise InvalidFactError(STRUCTURED_KEY, "must be a JSON object")
-    if _nests_deeper(value, MAX_STRUCTURED_NESTING):
+    if nests_deeper(value, MAX_STRUCTURED_NESTING):
         raise InvalidFactError(STRUCTURED_KEY, f"nests deeper than {MAX_STRUCTURED_NESTING} levels")
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
@@ -158,12 +158,12 @@ def checked_structured(value: object) -> dict[str, Any]:
     return value
 
 
-def _nests_deeper(value: object, levels: int) -> bool:
+def nests_deeper(value: object, levels: int) -> bool:
     """Whether ``value`` (itself one level) holds containers more than ``levels`` deep."""
     if not isinstance(value, dict | list):
         return False
     items = value.values() if isinstance(value, dict) else value
-    return levels <= 0 or any(_nests_deeper(item, levels - 1) for item in items)
+    return levels <= 0 or any(nests_deeper(item, levels - 1) for item in items)
 
 
 def checked_relation(value: object) -> dict[str, str]:

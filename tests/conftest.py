@@ -10,10 +10,12 @@ from sqlalchemy.engine import make_url
 
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.storage.loader import reset_memory_storage
+from memstore.storage.sessions.loader import reset_session_stores
 from memstore.storage.sql.engine import dispose_engines
 from memstore.storage.sql.schema.migrate import upgrade
 from tests.support.openai_server import OpenAIStubServer, RunningServer
 from tests.support.postgres import fresh_database, server_url_or_skip
+from tests.support.redis_server import redis_url_or_skip
 
 
 @pytest.fixture(autouse=True)
@@ -24,8 +26,10 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     config = MemoryConfig(data_dir=str(tmp_path / "data"))
     set_memory_config(config)
     reset_memory_storage()
+    reset_session_stores()
     yield config
     reset_memory_storage()
+    reset_session_stores()
     set_memory_config(None)
 
 
@@ -45,6 +49,12 @@ def pg_url(pg_server_url: str) -> Iterator[str]:
     """A brand-new PostgreSQL database for one test, dropped afterwards."""
     with fresh_database(pg_server_url) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis server of MEMSTORE_TEST_REDIS_URL; every test keeps to its own key prefix."""
+    return redis_url_or_skip()
 
 
 @pytest.fixture

@@ -18,8 +18,15 @@ from memstore.document import unstorable
 from memstore.errors import InvalidScopeError
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
 
-ConversationKey = tuple[str, str, str | None, str | None]
-"""``(tenant_id, thread_id, user_id, agent_name)``: the same thread in two tenants is two conversations."""
+ConversationKey = tuple[str, str, str, str | None, str | None]
+"""``(tenant_id, kind, thread_id, user_id, agent_name)``: the same thread in two tenants is two
+conversations, and a session job never coalesces with a conversation that has the session's id."""
+CONVERSATION = "conversation"
+SESSION_COMPRESS = "session_compress"
+"""A session due for compression: ``thread_id`` holds the session id, ``messages`` is empty."""
+SESSION_SUMMARY = "session_summary"
+"""A compressed session summary handed to the long-term updater as a conversation."""
+QUEUE_KINDS = (CONVERSATION, SESSION_COMPRESS, SESSION_SUMMARY)
 MAX_THREAD_ID_CHARS = 255
 """As long as a fact's ``source`` column; a longer thread id is refused, never cut (ids would merge)."""
 
@@ -44,9 +51,13 @@ class ConversationContext:
     """Queue bookkeeping: ``time.monotonic()`` before which a retry is not processed again."""
     tenant_id: str = DEFAULT_TENANT_ID
     """The tenant whose memory the conversation updates; a single-tenant caller never names one."""
+    kind: str = CONVERSATION
+    """What the queue does with it: learn from a conversation, or compress a session."""
 
     def __post_init__(self) -> None:
         self.tenant_id = validate_tenant_id(self.tenant_id)
+        if self.kind not in QUEUE_KINDS:
+            raise InvalidScopeError(f"unknown queue kind {self.kind!r}")
         # The thread id becomes every new fact's source and a queue key: it gets a cap too.
         if len(self.thread_id) > MAX_THREAD_ID_CHARS:
             raise InvalidScopeError(
@@ -60,7 +71,7 @@ class ConversationContext:
     @property
     def key(self) -> ConversationKey:
         """The queue's coalescing key: one pending conversation per tenant, thread, user and agent."""
-        return (self.tenant_id, self.thread_id, self.user_id, self.agent_name)
+        return (self.tenant_id, self.kind, self.thread_id, self.user_id, self.agent_name)
 
 
 def capture_conversation(

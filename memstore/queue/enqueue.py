@@ -102,6 +102,7 @@ def queued_conversation(context: ConversationContext) -> QueuedConversation:
         reinforcement_detected=context.reinforcement_detected,
         captured_at=as_utc(context.timestamp),
         tenant_id=context.tenant_id,
+        kind=context.kind,
     )
 
 

@@ -14,14 +14,14 @@ from memstore.config import MemoryConfig
 from memstore.queue.bounds import QueueBudget, conversation_chars
 from memstore.storage.sql.queue.table import QueuedConversation
 
-BufferKey = tuple[str, str, str | None, str | None]
-"""The conversation key, as the table's: ``(tenant_id, thread_id, user_id, agent_name)``."""
+BufferKey = tuple[str, str, str, str | None, str | None]
+"""The conversation key, as the table's: ``(tenant_id, kind, thread_id, user_id, agent_name)``."""
 Buffered = tuple[QueuedConversation, bool]
 """A conversation and whether it was queued to run at once."""
 
 
 def _key(item: QueuedConversation) -> BufferKey:
-    return (item.tenant_id, item.thread_id, item.user_id, item.agent_name)
+    return (item.tenant_id, item.kind, item.thread_id, item.user_id, item.agent_name)
 
 
 class OutageBuffer:

@@ -245,6 +245,7 @@ class ClaimRunner:
                 item.reinforcement_detected,
                 timestamp=item.captured_at,
                 tenant_id=item.tenant_id,
+                kind=item.kind,
             )
         except InvalidScopeError as exc:  # a row an older version or a DBA wrote
             self._kill_undecodable(leased.lease, str(exc))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.exc import SQLAlchemyError
 
-from memstore.capture.conversation import ConversationContext
+from memstore.capture.conversation import SESSION_COMPRESS, ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.document import MemoryDocument
 from memstore.embedding import Embedder
@@ -45,6 +45,7 @@ from memstore.metrics import EXTRACTIONS
 from memstore.scope import DEFAULT_TENANT_ID, Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage
+from memstore.storage.sessions.loader import get_session_store
 from memstore.storage.sql.documents.provider import SqlMemoryStorage
 from memstore.storage.sql.engine import describe_db_error
 from memstore.storage.sql.queue.table import QueueLease
@@ -60,6 +61,12 @@ from memstore.update.extractor import (
 )
 from memstore.update.parser import MemoryUpdate
 from memstore.update.prompt import shown_fact_ids
+from memstore.update.session_compression import SessionCompressor
+from memstore.update.session_summary import (
+    ExtractiveSessionSummariser,
+    LLMSessionSummariser,
+    SessionSummariser,
+)
 from memstore.update.similarity import Fold, SimilarFolds, fold_similar
 
 logger = logging.getLogger(__name__)
@@ -175,6 +182,8 @@ class MemoryUpdater:
 
     def _process(self, context: ConversationContext, lease: QueueLease | None) -> bool:
         config = self.config
+        if config.enabled and context.kind == SESSION_COMPRESS:
+            return self._compressor(config).run(context)
         if not config.enabled or not context.messages:
             return False
         try:
@@ -272,6 +281,18 @@ class MemoryUpdater:
         if config.adjudication_similarity is None or not isinstance(extractor, LLMExtractor):
             return None
         return Adjudicator(extractor.client, scope_label(scope))
+
+    def _compressor(self, config: MemoryConfig) -> SessionCompressor:
+        """Compression summarises with the extractor's endpoint, or extracts offline with the rules."""
+        extractor = self._extractor_for(config)
+        summariser: SessionSummariser = (
+            LLMSessionSummariser(extractor.client, config)
+            if isinstance(extractor, LLMExtractor)
+            else ExtractiveSessionSummariser(config)
+        )
+        return SessionCompressor(
+            get_session_store(config), summariser, lambda summary: self._process(summary, None), config
+        )
 
     def _update_sync(self, context: ConversationContext) -> bool:
         try:

@@ -48,6 +48,8 @@ from memstore.storage.sql.schema.models import (
     relations_table,
     scopes_table,
     sections_table,
+    session_turns_table,
+    sessions_table,
     tags_table,
 )
 from tests.integration.conftest import Cli
@@ -175,6 +177,8 @@ def expected(identity: Identity) -> dict[str, set[Any]]:
         "memory_erasures": {t for t in ("acme", "globex") if t == identity.tenant_id},
         "memory_queue": {(identity.tenant_id, u) for u in users},
         "memory_queue_claims": {(identity.tenant_id, u) for u in users},
+        "memory_sessions": {(identity.tenant_id, u) for u in users},
+        "memory_session_turns": {(identity.tenant_id, u) for u in users},
     }
 
 
@@ -218,6 +222,8 @@ class Seeded:
             "memory_erasures": {r["tenant_id"] for r in rows["memory_erasures"]},
             "memory_queue": {(r["tenant_id"], r["user_id"]) for r in rows["memory_queue"]},
             "memory_queue_claims": {(r["tenant_id"], r["user_id"]) for r in rows["memory_queue_claims"]},
+            "memory_sessions": {(r["tenant_id"], r["user_id"]) for r in rows["memory_sessions"]},
+            "memory_session_turns": {(r["tenant_id"], r["user_id"]) for r in rows["memory_session_turns"]},
         }
         assert set(named) == set(TABLES), "a new memory table needs a line here and in expected()"
         return named
@@ -241,6 +247,34 @@ def _seed(admin: Engine, seeded: Seeded) -> None:
             conn.execute(insert(history_table).values(_history(scope_id, "section", "workContext")))
             user = scope[1] or ""
             conn.execute(insert(queue_table).values(_queued(scope[0], user, scope[2] or "")))
+            session = {
+                "tenant_id": scope[0],
+                "user_id": user,
+                "agent_name": scope[2] or "",
+                "session_id": "s1",
+            }
+            conn.execute(
+                insert(sessions_table).values(
+                    **session,
+                    epoch="e",
+                    next_seq=1,
+                    turn_count=1,
+                    token_count=3,
+                    created_at=NOW,
+                    updated_at=NOW,
+                    expires_at=NOW + timedelta(days=1),
+                )
+            )
+            conn.execute(
+                insert(session_turns_table).values(
+                    **session,
+                    seq=1,
+                    role="user",
+                    content=f"session turn of {scope}",
+                    tokens=3,
+                    created_at=NOW,
+                )
+            )
             conn.execute(
                 insert(claims_table).values(
                     tenant_id=scope[0],
@@ -604,6 +638,15 @@ def test_inserts_for_another_tenant_or_user_are_refused(seeded: Seeded) -> None:
             alice,
             "INSERT INTO memory_queue_claims (tenant_id, user_id, agent_name, lease_owner, lease_token, "
             "lease_expires_at, claimed_at) VALUES (:t, :u, 'other', 'w', 'x', now(), now())",
+            t=tenant,
+            u=user,
+        )
+        _refused(
+            seeded,
+            alice,
+            "INSERT INTO memory_sessions (tenant_id, user_id, agent_name, session_id, epoch, next_seq, "
+            "turn_count, token_count, created_at, updated_at, expires_at) VALUES (:t, :u, 'agent', 'forged', "
+            "'e', 0, 0, 0, now(), now(), now())",
             t=tenant,
             u=user,
         )

@@ -27,6 +27,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "memstore.record",
             "memstore.scope",
             "memstore.config",
+            "memstore.config_sessions",
+            "memstore.session",
             "memstore.retention",
             "memstore.metrics",
         ),

@@ -244,6 +244,7 @@ def _lease_rows(
         )
         .returning(
             _queue.c.id,
+            _queue.c.kind,
             _queue.c.thread_id,
             # As text, decoded here: a row a driver cannot decode must not fail the whole claim.
             cast(_queue.c.messages, Text).label("messages"),
@@ -270,6 +271,7 @@ def _lease_rows(
                 reinforcement_detected=bool(row.reinforcement_detected),
                 captured_at=as_utc(row.captured_at),
                 tenant_id=scope.tenant_id,
+                kind=row.kind,
             )
         except Exception as exc:  # RecursionError included: no row may fail the claim
             undecodable.append((lease, str(exc) or type(exc).__name__))

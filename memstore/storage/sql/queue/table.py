@@ -74,6 +74,8 @@ class QueuedConversation:
     reinforcement_detected: bool
     captured_at: datetime
     tenant_id: str = DEFAULT_TENANT_ID
+    kind: str = "conversation"
+    """``conversation``, ``session_compress`` or ``session_summary`` (``capture.conversation``)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ def enqueue(
         check_bounds(bounds or conn, item, chars, limits)
     insert = insert_for(conn)(_queue).values(
         tenant_id=item.tenant_id,
+        kind=item.kind,
         thread_id=item.thread_id,
         user_id=item.user_id or NO_ID,
         agent_name=item.agent_name or NO_ID,
@@ -156,7 +159,13 @@ def enqueue(
     settled = _queue.c.state.in_(("done", "dead"))
     debounced = _least(conn)(new.due_at, _queue.c.latest_due_at)
     statement = insert.on_conflict_do_update(
-        index_elements=[_queue.c.tenant_id, _queue.c.thread_id, _queue.c.user_id, _queue.c.agent_name],
+        index_elements=[
+            _queue.c.tenant_id,
+            _queue.c.kind,
+            _queue.c.thread_id,
+            _queue.c.user_id,
+            _queue.c.agent_name,
+        ],
         set_={
             "messages": new.messages,
             "message_chars": new.message_chars,

@@ -37,6 +37,7 @@ from memstore.storage.sql.schema.base import (
     tenant_column,
 )
 from memstore.storage.sql.schema.queue_models import MemoryQueueClaim, MemoryQueueItem
+from memstore.storage.sql.schema.session_models import MemorySession, MemorySessionTurn
 
 __all__ = ["NAMING_CONVENTION", "Base", "Json", "TenantId", "Timestamp"]
 
@@ -377,3 +378,5 @@ claims_table = _table(MemoryQueueClaim)
 grants_table = _table(MemoryFactGrant)
 tags_table = _table(MemoryFactTag)
 relations_table = _table(MemoryFactRelation)
+sessions_table = _table(MemorySession)
+session_turns_table = _table(MemorySessionTurn)

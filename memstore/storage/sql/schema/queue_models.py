@@ -23,6 +23,9 @@ class MemoryQueueItem(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     tenant_id: Mapped[str] = tenant_column()
+    # ``conversation`` (a turn to learn from), ``session_compress`` (a session due for compression,
+    # ``thread_id`` holding its id) or ``session_summary`` (a compressed summary to learn from).
+    kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default=text("'conversation'"))
     thread_id: Mapped[str] = mapped_column(String(255), nullable=False)
     user_id: Mapped[str] = mapped_column(String(128), nullable=False)
     agent_name: Mapped[str] = mapped_column(String(128), nullable=False)
@@ -55,7 +58,16 @@ class MemoryQueueItem(Base):
 
     __table_args__ = (
         CheckConstraint("state IN ('pending', 'leased', 'done', 'dead')", name="known_state"),
-        Index("uq_memory_queue_conversation", "tenant_id", "thread_id", "user_id", "agent_name", unique=True),
+        CheckConstraint("kind IN ('conversation', 'session_compress', 'session_summary')", name="known_kind"),
+        Index(
+            "uq_memory_queue_conversation",
+            "tenant_id",
+            "kind",
+            "thread_id",
+            "user_id",
+            "agent_name",
+            unique=True,
+        ),
         Index("ix_memory_queue_state_due_at", "state", "due_at"),
         Index("ix_memory_queue_tenant_id_user_id_agent_name", "tenant_id", "user_id", "agent_name"),
     )

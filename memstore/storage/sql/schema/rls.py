@@ -1,4 +1,4 @@
-"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 and 0009.
+"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 to 0010.
 
 Each policy reads the identity memstore sets at the start of every transaction with
 ``set_config(name, value, true)`` (``storage/sql/identity.py``): ``memstore.tenant_id``,
@@ -21,7 +21,8 @@ The rules (docs/operations.md, "Tenants and row-level security"):
 - relations: the owner of the scope (revision 0009);
 - history: the owner's scope, plus the rows of facts the identity may read;
 - embeddings: those of facts the identity may read; written by the owner;
-- erasures: the tenant's.
+- erasures: the tenant's;
+- sessions and their turns: the owner only (revision 0010).
 
 SQLite has no row-level security: memstore's own statements carry the same predicates there, and
 the leak tests run every read path on both dialects.
@@ -129,6 +130,23 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
     # Read by the save's erasure fence; written only by an erase, on the operator connection.
     "memory_erasures": (("memstore_tenant_read", "SELECT", f"tenant_id = {TENANT}", None),),
     "memory_queue": (
+        (
+            "memstore_owner",
+            "ALL",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+        ),
+    ),
+    # A session and its turns are their user's alone (revision 0010).
+    "memory_sessions": (
+        (
+            "memstore_owner",
+            "ALL",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+            f"tenant_id = {TENANT} AND user_id = {USER}",
+        ),
+    ),
+    "memory_session_turns": (
         (
             "memstore_owner",
             "ALL",

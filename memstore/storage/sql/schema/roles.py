@@ -110,6 +110,15 @@ UPDATABLE: dict[str, tuple[str, ...]] = {
         "completed_at",
     ),
     "memory_queue_claims": ("lease_owner", "lease_token", "lease_expires_at", "claimed_at"),
+    "memory_sessions": (
+        "next_seq",
+        "turn_count",
+        "token_count",
+        "summary_seq",
+        "compressions",
+        "updated_at",
+        "expires_at",
+    ),
 }
 """The columns the application updates, per table. No key column (``id``, ``tenant_id``,
 ``user_id``, ``agent_name``, ``scope_id``, ``fact_row_id``) is among them: the policies check a row's

@@ -1,0 +1,1 @@
+"""Session stores: the contract (``contract.py``) and the process-memory and Redis backends."""

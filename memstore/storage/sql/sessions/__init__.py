@@ -1,0 +1,1 @@
+"""The database session store: sessions in the memory database (revision 0010)."""
