@@ -83,6 +83,8 @@ def _print(report: LifecycleReport, limit: int) -> None:
         )
     else:
         click.echo(f"cap:        no scope is over max_facts {report.max_facts}")
+    if not report.dry_run:
+        click.echo(f"sessions:   {report.sessions_expired} expired session(s) deleted")
     shown = report.lowest(limit)
     if shown:
         rows = [

@@ -20,6 +20,7 @@ from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import ConfigError
 from memstore.ops.lifecycle import run_lifecycle
 from memstore.ops.queue import purge_counts, purge_dead, queue_status, retry_dead
+from memstore.ops.sessions import expire_sessions
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.storage.loader import get_memory_storage, load_storage_class
 from memstore.storage.sql import SqlMemoryStorage
@@ -58,7 +59,8 @@ def worker(workers: int | None, metrics_port: int | None, metrics_host: str) -> 
     gateways' database), and checks the schema and LLM settings before it starts. On SIGTERM
     it stops claiming and waits up to shutdown_timeout_seconds for running conversations; what
     it does not finish stays queued.
-    With expire_below set, it also runs `memstore lifecycle run` every lifecycle_interval_seconds.
+    Every lifecycle_interval_seconds it deletes expired sessions and, with expire_below set,
+    runs `memstore lifecycle run`.
     --metrics-port serves this process's Prometheus series and the queue's gauges.
     """
     config = get_memory_config()
@@ -80,9 +82,9 @@ def worker(workers: int | None, metrics_port: int | None, metrics_host: str) -> 
         click.echo(f"memstore worker: metrics at http://{metrics_host}:{metrics_port}/metrics", err=True)
     next_lifecycle = time.monotonic()
     while not stop.wait(1.0):
-        if config.expire_below is not None and time.monotonic() >= next_lifecycle:
+        if time.monotonic() >= next_lifecycle:
             next_lifecycle = time.monotonic() + config.lifecycle_interval_seconds
-            _expire()
+            _expire(config)
     finished = queue.shutdown(config.shutdown_timeout_seconds)
     if metrics is not None:
         metrics.shutdown()
@@ -115,15 +117,23 @@ def _queue_database(config: MemoryConfig) -> str:
     return database_url_from_config(config)
 
 
-def _expire() -> None:
-    """One scheduled lifecycle run; a failure is logged and retried at the next interval."""
+def _expire(config: MemoryConfig) -> None:
+    """One scheduled lifecycle run (expired sessions only while ``expire_below`` is off); a failure
+    is logged and retried at the next interval."""
     try:
-        report = run_lifecycle(dry_run=False)
+        if config.expire_below is None:
+            sessions = expire_sessions()
+            removed = 0
+        else:
+            report = run_lifecycle(dry_run=False)
+            sessions, removed = report.sessions_expired, report.removed
     except Exception:
         logger.exception("memstore worker: the scheduled lifecycle run failed; retrying next interval")
         return
-    if report.removed:
-        logger.warning("memstore worker: lifecycle run expired %d fact(s)", report.removed)
+    if removed:
+        logger.warning("memstore worker: lifecycle run expired %d fact(s)", removed)
+    if sessions:
+        logger.info("memstore worker: %d expired session(s) deleted", sessions)
 
 
 @click.group()

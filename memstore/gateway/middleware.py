@@ -24,8 +24,11 @@ from memstore.capture.conversation import capture_conversation
 from memstore.config import MemoryConfig, get_memory_config, ignored_env_settings
 from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
 from memstore.gateway.ranking import injection_scores
+from memstore.gateway.session_hooks import EMPTY_CONTEXT, bounded, record_exchange
 from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
 from memstore.inject.render import render_memory, wrap_memory_block
+from memstore.inject.session_context import SessionContext
+from memstore.ops import sessions
 from memstore.queue import get_memory_queue, queue_failure
 from memstore.scope import Identity, resolve_scope, validate_tenant_id
 from memstore.storage.base import MemoryStorage
@@ -43,9 +46,18 @@ _CONTEXT_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memsto
 class MemoryMiddleware:
     """Per-agent memory hooks; ``config`` defaults to the process-wide one, read per call."""
 
-    def __init__(self, agent_name: str | None = None, config: MemoryConfig | None = None) -> None:
+    def __init__(
+        self,
+        agent_name: str | None = None,
+        config: MemoryConfig | None = None,
+        *,
+        session_memory: bool = False,
+    ) -> None:
+        """``session_memory``: ``after_agent`` also records each exchange in the session named by
+        the thread id (short-term memory; read it back with ``session_context``)."""
         self._agent_name = agent_name
         self._config = config
+        self._session_memory = session_memory
         ignored = ignored_env_settings(config) if config is not None else []
         if ignored:
             logger.warning(
@@ -76,8 +88,11 @@ class MemoryMiddleware:
         does not see the request's ContextVar. ``roles`` are checked but not queued: the update
         writes private facts of the user's own scope, which no role changes.
         """
-        if not self._current_config().enabled or not thread_id:
+        config = self._current_config()
+        if not config.enabled or not thread_id:
             return
+        if self._session_memory:
+            self._record_exchange(config, messages, thread_id, user_id, tenant_id)
         try:
             effective_roles(roles)
             context = capture_conversation(
@@ -124,6 +139,67 @@ class MemoryMiddleware:
         except Exception:
             logger.exception("could not build the memory context; continuing without memory")
         return ""
+
+    def _record_exchange(
+        self,
+        config: MemoryConfig,
+        messages: Iterable[Any],
+        session_id: str,
+        user_id: str | None,
+        tenant_id: str | None,
+    ) -> None:
+        try:
+            user, tenant = user_id or get_effective_user_id(), validate_tenant_id(effective_tenant(tenant_id))
+        except Exception as exc:
+            logger.error(
+                "could not record the session turn (agent %s): %s", self._agent_name, queue_failure(exc)
+            )
+            return
+        history = list(messages)
+        bounded(
+            _CONTEXT_EXECUTOR,
+            config,
+            lambda: record_exchange(
+                history,
+                config=config,
+                session_id=session_id,
+                user_id=user,
+                agent_name=self._agent_name,
+                tenant_id=tenant,
+            ),
+            doing="record the session turn",
+            fallback=None,
+            setup_errors=SETUP_ERRORS,
+            logger=logger,
+        )
+
+    def session_context(
+        self,
+        *,
+        session_id: str,
+        user_id: str | None = None,
+        tenant_id: str | None = None,
+        max_tokens: int | None = None,
+    ) -> SessionContext:
+        """The session's summary and most recent turns within ``max_tokens`` (default
+        ``session_context_max_tokens``) as messages for the prompt; empty on any failure (logged),
+        like ``memory_context``."""
+        config = self._current_config()
+        if not config.enabled:
+            return EMPTY_CONTEXT
+        user = user_id or get_effective_user_id()
+        tenant = effective_tenant(tenant_id)
+        return bounded(
+            _CONTEXT_EXECUTOR,
+            config,
+            lambda: sessions.session_context(
+                user, session_id, agent_name=self._agent_name, tenant_id=tenant, max_tokens=max_tokens
+            ),
+            doing="read the session",
+            fallback=EMPTY_CONTEXT,
+            setup_errors=SETUP_ERRORS,
+            logger=logger,
+        )
 
     def read_memory_context(
         self,

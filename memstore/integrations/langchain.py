@@ -20,7 +20,7 @@ try:
         ModelRequest,
         ModelResponse,
     )
-    from langchain_core.messages import AnyMessage, HumanMessage
+    from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage
     from langgraph.config import get_config
     from langgraph.runtime import Runtime
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from memstore.capture.filtering import latest_user_text
 from memstore.config import MemoryConfig
 from memstore.gateway.middleware import MemoryMiddleware
+from memstore.inject.session_context import SessionContext
 
 UserResolver = Callable[[Runtime[Any]], str | None]
 """Maps a run's ``Runtime`` to a memstore user id (or tenant id); ``None`` falls back to
@@ -86,6 +87,19 @@ def _with_memory(messages: list[AnyMessage], block: str) -> list[AnyMessage]:
     return [*messages[:last_human], memory, *messages[last_human:]]
 
 
+def _with_session(messages: list[AnyMessage], context: SessionContext) -> list[AnyMessage]:
+    """The session's summary and recent turns in place of the history before the latest user
+    message: the session holds those turns, compressed, so the prompt stays bounded."""
+    last_human = max((i for i, message in enumerate(messages) if message.type == "human"), default=0)
+    classes = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}
+    earlier: list[AnyMessage] = [
+        classes[message["role"]](content=message["content"])
+        for message in context.messages
+        if message["role"] in classes
+    ]
+    return [*earlier, *messages[last_human:]]
+
+
 class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
     """Pass to ``create_agent(middleware=[...])``; invoke with ``configurable.thread_id`` set.
 
@@ -93,6 +107,10 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
     ``runtime.context.user_id``), else from ``memstore.set_current_user``, else ``"default"``; the
     tenant and roles likewise (``tenant_id`` and ``roles`` of the context), else the bound ones,
     else the default tenant with no roles.
+
+    With ``session_memory=True`` each run's exchange is also recorded in the session of the
+    thread id, and each model call sends the session's summary and recent turns in place of the
+    thread's earlier messages (the ones before the latest user message).
     """
 
     def __init__(
@@ -103,9 +121,11 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
         user_resolver: UserResolver = user_id_from_context,
         tenant_resolver: UserResolver = tenant_id_from_context,
         roles_resolver: RolesResolver = roles_from_context,
+        session_memory: bool = False,
     ) -> None:
         super().__init__()
-        self._memory = MemoryMiddleware(agent_name, config)
+        self._memory = MemoryMiddleware(agent_name, config, session_memory=session_memory)
+        self._session_memory = session_memory
         self._resolve_user = user_resolver
         self._resolve_tenant = tenant_resolver
         self._resolve_roles = roles_resolver
@@ -118,9 +138,19 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
             tenant_id=self._resolve_tenant(runtime),
             roles=self._resolve_roles(runtime),
         )
-        if not block:
-            return request
-        return request.override(messages=_with_memory(request.messages, block))
+        messages = request.messages
+        thread_id = _thread_id()
+        if self._session_memory and thread_id:
+            session = self._memory.session_context(
+                session_id=thread_id,
+                user_id=self._resolve_user(runtime),
+                tenant_id=self._resolve_tenant(runtime),
+            )
+            if session.messages:
+                messages = _with_session(messages, session)
+        if block:
+            messages = _with_memory(messages, block)
+        return request if messages is request.messages else request.override(messages=messages)
 
     def wrap_model_call(
         self,

@@ -29,6 +29,7 @@ from memstore.retention import RetentionPolicy, Score, candidate_of
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id, validate_user_id
 from memstore.storage.base import MemoryStorage
 from memstore.storage.loader import get_memory_storage, load_storage_class
+from memstore.storage.sessions.loader import get_session_store
 from memstore.storage.sql import SqlMemoryStorage
 
 logger = logging.getLogger(__name__)
@@ -86,6 +87,9 @@ class LifecycleReport:
     max_facts: int = 0
     scopes_over_cap: int = 0
     over_cap: int = 0
+    sessions_expired: int = 0
+    """Sessions past ``session_ttl_seconds`` deleted: by a real run over every user and tenant only
+    (reads skip expired sessions whenever they are deleted)."""
 
     @property
     def expiring_scopes(self) -> int:
@@ -113,6 +117,7 @@ class LifecycleReport:
                 "scopes_over": self.scopes_over_cap,
                 "facts_over": self.over_cap,
             },
+            "sessions_expired": self.sessions_expired,
             "expiring": [fact.to_json() for fact in self.lowest(limit)],
         }
 
@@ -218,8 +223,11 @@ def run_lifecycle(
         expiring.extend(scope_expiring)
         if scope_expiring and not dry_run:
             removed += _remove(handle, document, scope_user, scope_agent, scope_expiring)
+    sessions_expired = 0
     if not dry_run:
         logger.info("lifecycle run removed %d expired fact(s) below %s", removed, below)
+        if user is None and tenant_id is None:  # a run over everyone: expired sessions go too
+            sessions_expired = get_session_store(config).expire(evaluated_at)
     return LifecycleReport(
         threshold=below,
         evaluated_at=evaluated_at,
@@ -233,6 +241,7 @@ def run_lifecycle(
         max_facts=config.max_facts,
         scopes_over_cap=scopes_over,
         over_cap=over_cap,
+        sessions_expired=sessions_expired,
     )
 
 

@@ -55,6 +55,7 @@ from memstore.storage.records import (
     with_scores,
 )
 from memstore.storage.search_text import SEARCH_MATCHES, SearchMatch
+from memstore.storage.sessions.loader import get_session_store, session_backend
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.vectors import VectorStore, semantic_parts
@@ -282,7 +283,12 @@ def erase_user(
     counts removed."""
     if validate_user_id(user_id) is None:
         raise QueryError("erase needs a user id")
-    return operations_of(storage, tenant_id=tenant_id, roles=roles).erase_user(user_id)
+    bound = _bound(storage, tenant_id, roles)
+    counts = operations_of(bound).erase_user(user_id)
+    # The database's erase removed its sessions in its own transaction; another backend's go here.
+    if session_backend(get_memory_config()) != "database":
+        counts["sessions"] = get_session_store().erase_user(bound.identity.tenant_id, user_id)
+    return counts
 
 
 def vacuum(

@@ -25,12 +25,12 @@ from memstore.storage.sessions.contract import SessionStore
 from memstore.update.session_summary import SessionSummariser
 
 
-def summary_conversation(context: ConversationContext, summary: str) -> ConversationContext:
-    """The summary as a conversation for the long-term updater: the session's own words, as the
-    user's turn, under the session's identity and capture time (an erase after it still wins)."""
+def summary_conversation(context: ConversationContext, messages: list[dict[str, str]]) -> ConversationContext:
+    """The summary as a conversation for the long-term updater, under the session's identity and
+    capture time (an erase after it still wins)."""
     return ConversationContext(
         context.thread_id,
-        [{"role": "user", "content": summary}],
+        messages,
         context.agent_name,
         context.user_id,
         timestamp=context.timestamp,
@@ -65,7 +65,7 @@ class SessionCompressor:
         previous = next((turn.content for turn in turns if turn.summary), None)
         text = self._summariser.summarise(previous, raw)
         if config.session_extract_long_term:
-            self._learn(summary_conversation(context, text))
+            self._learn(summary_conversation(context, self._summariser.as_conversation(text)))
         tokens = count_tokens(text, use_tiktoken=config.token_counting == "tiktoken")
         return self._store.compress(
             key,

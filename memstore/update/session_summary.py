@@ -23,6 +23,7 @@ from memstore.update.parser import find_object, storable_text
 _ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 MAX_TURN_CHARS_IN_PROMPT = 4000
 """Per turn in the summary prompt: a session's longest turns are cut, never its turn count."""
+_ROLES_OF_LABELS = {"User": "user", "Assistant": "assistant"}
 EXTRACT_USER_CHARS = 400
 EXTRACT_OTHER_CHARS = 160
 
@@ -40,6 +41,10 @@ _INSTRUCTIONS = (
 
 class SessionSummariser(Protocol):
     def summarise(self, previous: str | None, turns: Sequence[SessionTurn]) -> str: ...
+
+    def as_conversation(self, summary: str) -> list[dict[str, str]]:
+        """The summary as the messages the long-term updater learns from."""
+        ...
 
 
 def turn_line(turn: SessionTurn, max_chars: int, inline: Callable[[str], str]) -> str:
@@ -74,6 +79,10 @@ class LLMSessionSummariser:
         # Over the asked length: kept, cut at the cap (a bound, not a refusal: the turns are gone next).
         return text if len(text) <= self._max_chars else text[: self._max_chars - 1] + "…"
 
+    def as_conversation(self, summary: str) -> list[dict[str, str]]:
+        """The LLM's summary as one user turn: it states what the user said and is."""
+        return [{"role": "user", "content": summary}]
+
 
 class ExtractiveSessionSummariser:
     """The user's sentences verbatim (cut to ``EXTRACT_USER_CHARS``), the others' openings; the
@@ -92,3 +101,15 @@ class ExtractiveSessionSummariser:
             lines.pop(0)
         text = "\n".join(lines)
         return text if len(text) <= self._max_chars else text[-self._max_chars :]
+
+    def as_conversation(self, summary: str) -> list[dict[str, str]]:
+        """Each ``Role: text`` line as that role's turn again, so the rules extractor reads the
+        user's sentences as the user's (it anchors on a clause's first words)."""
+        messages = []
+        for line in summary.splitlines():
+            label, _, text = line.partition(": ")
+            role = _ROLES_OF_LABELS.get(label)
+            messages.append(
+                {"role": role, "content": text} if role and text else {"role": "user", "content": line}
+            )
+        return messages

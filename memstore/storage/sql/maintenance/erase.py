@@ -40,6 +40,8 @@ from memstore.storage.sql.schema.models import queue_table as _queue
 from memstore.storage.sql.schema.models import relations_table as _relations
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import sections_table as _sections
+from memstore.storage.sql.schema.models import session_turns_table as _session_turns
+from memstore.storage.sql.schema.models import sessions_table as _sessions
 from memstore.storage.sql.schema.models import tags_table as _tags
 
 
@@ -117,6 +119,13 @@ def erase_user(
                     ).rowcount,
                     # Queued conversations too: a late update must not bring the user back.
                     "memory_queue": _delete_where(conn, _queue, _of_user(_queue, tenant_id, user_id)),
+                    # Short-term memory too, turns before their sessions.
+                    "memory_session_turns": _delete_where(
+                        conn, _session_turns, _of_user(_session_turns, tenant_id, user_id)
+                    ),
+                    "memory_sessions": _delete_where(
+                        conn, _sessions, _of_user(_sessions, tenant_id, user_id)
+                    ),
                 }
                 _delete_where(conn, _claims, _of_user(_claims, tenant_id, user_id))
                 _record_erasure(conn, tenant_id, user_id, now)

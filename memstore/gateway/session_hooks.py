@@ -1,0 +1,82 @@
+"""Session memory on a gateway's request path: record the turn, read the session back.
+
+``MemoryMiddleware(session_memory=True)`` records each run's exchange (the latest user message
+and the final answers after it) in the session named by the thread id, and
+``MemoryMiddleware.session_context`` returns the session's summary and recent turns for the
+next prompt. Like the long-term hooks, neither may break or stall the request: each runs on the
+middleware's read pool, gives up after ``memory_context_timeout_seconds`` and logs a failure
+instead of raising it, except a setup error that no retry fixes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Executor
+from concurrent.futures import TimeoutError as FutureTimeoutError
+from typing import Any, TypeVar
+
+from memstore.capture.filtering import filter_messages_for_memory, memory_turns
+from memstore.config import MemoryConfig
+from memstore.errors import SessionLimitError, StorageUnavailableError
+from memstore.inject.session_context import SessionContext
+from memstore.ops import sessions
+
+T = TypeVar("T")
+EMPTY_CONTEXT = SessionContext([], None, [], 0, 0)
+_ROLES = {"human": "user", "ai": "assistant"}
+
+
+def latest_exchange(messages: Iterable[Any]) -> list[dict[str, str]]:
+    """The last user message and the answers after it, as session turns (upload blocks, hidden
+    messages and tool traffic left out, as for long-term memory)."""
+    turns = [
+        {"role": _ROLES[kind], "content": text}
+        for kind, text in memory_turns(filter_messages_for_memory(messages))
+    ]
+    last_user = max((index for index, turn in enumerate(turns) if turn["role"] == "user"), default=None)
+    return [] if last_user is None else turns[last_user:]
+
+
+def bounded(
+    executor: Executor,
+    config: MemoryConfig,
+    call: Callable[[], T],
+    *,
+    doing: str,
+    fallback: T,
+    setup_errors: tuple[type[Exception], ...],
+    logger: Any,
+) -> T:
+    """``call()`` on ``executor`` within ``memory_context_timeout_seconds``; ``fallback`` (logged)
+    on a timeout or failure, a setup error raised."""
+    timeout = config.memory_context_timeout_seconds
+    future = executor.submit(call)
+    try:
+        return future.result(timeout=timeout)
+    except setup_errors:
+        raise
+    except FutureTimeoutError:
+        future.cancel()
+        logger.warning("session store took longer than %.1f s to %s; continuing without it", timeout, doing)
+    except (StorageUnavailableError, SessionLimitError) as exc:
+        logger.warning("could not %s: %s", doing, exc)
+    except Exception as exc:
+        logger.error("could not %s: %s", doing, type(exc).__name__)
+    return fallback
+
+
+def record_exchange(
+    messages: Sequence[Any],
+    *,
+    config: MemoryConfig,
+    session_id: str,
+    user_id: str | None,
+    agent_name: str | None,
+    tenant_id: str,
+) -> None:
+    """Append the latest exchange, each message cut to ``session_max_turn_chars`` (a gateway's
+    long answer is bounded here rather than refused whole)."""
+    limit = config.session_max_turn_chars
+    exchange = [{**turn, "content": turn["content"][:limit]} for turn in latest_exchange(messages)]
+    if exchange:
+        sessions.append_turns(user_id, session_id, exchange, agent_name=agent_name, tenant_id=tenant_id)
