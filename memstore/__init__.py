@@ -18,8 +18,10 @@ from memstore.errors import (
     InvalidDocumentError,
     InvalidFactError,
     InvalidScopeError,
+    InvalidTurnError,
     MemstoreError,
     QueryError,
+    SessionLimitError,
     SimilarFactError,
     StaleDocumentError,
     StorageUnavailableError,
@@ -53,6 +55,8 @@ from memstore.ops.facts import (
     search_memory_facts,
     update_memory_fact,
 )
+from memstore.ops.sessions import append_turns as append_session_turns
+from memstore.ops.sessions import clear_session, list_sessions, read_session, session_context
 from memstore.queue import MemoryUpdateQueue, get_memory_queue, reset_memory_queue, set_memory_queue
 from memstore.scope import DEFAULT_TENANT_ID, DEFAULT_USER_ID, Identity, make_safe_user_id
 from memstore.storage import FileMemoryStorage, MemoryStorage, get_memory_storage, reset_memory_storage
@@ -75,6 +79,8 @@ __all__ = [  # noqa: RUF022 - grouped by stage, not sorted
     "StorageUnavailableError",
     "StorageWriteError",
     "StaleDocumentError",
+    "InvalidTurnError",
+    "SessionLimitError",
     "FactNotFoundError",
     "DuplicateFactError",
     "SimilarFactError",
@@ -132,4 +138,10 @@ __all__ = [  # noqa: RUF022 - grouped by stage, not sorted
     "update_memory_fact",
     "delete_memory_fact",
     "search_memory_facts",
+    # short-term session memory
+    "append_session_turns",
+    "session_context",
+    "read_session",
+    "list_sessions",
+    "clear_session",
 ]

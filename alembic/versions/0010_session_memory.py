@@ -9,16 +9,16 @@ waiting for compression and when it expires; ``memory_session_turns`` holds its 
 (a compressed summary is one ``system`` turn with ``is_summary``). Both are under row-level
 security on PostgreSQL: a session is its user's alone.
 
-``memory_queue`` gains ``kind``: ``conversation`` (every existing row), ``session_compress`` (a
-session due for compression) or ``session_summary`` (a compressed summary to learn from); the
-conversation key gains it, so a session job never coalesces with a conversation of the same id.
+``memory_queue`` gains ``kind``: ``conversation`` (every existing row) or ``session_compress`` (a
+session due for compression); the conversation key gains it, so a session job never coalesces
+with a conversation of the same id.
 
 On PostgreSQL every role that already reads ``memory_facts`` (the application role of
 ``memstore db grant-app-role``) is granted the new tables, so an upgraded deployment keeps working
 without running that command again.
 
 Downgrade drops both tables (sessions are short-term memory: their turns are gone with them) and
-the queue rows of the two session kinds, then ``kind``.
+the queue's session rows, then ``kind``.
 """
 
 from collections.abc import Sequence
@@ -109,7 +109,7 @@ def upgrade() -> None:
     op.execute(
         "ALTER TABLE memory_queue ADD COLUMN kind VARCHAR(16) DEFAULT 'conversation' NOT NULL "
         "CONSTRAINT ck_memory_queue_known_kind "
-        "CHECK (kind IN ('conversation', 'session_compress', 'session_summary'))"
+        "CHECK (kind IN ('conversation', 'session_compress'))"
     )
     op.drop_index("uq_memory_queue_conversation", table_name="memory_queue")
     op.create_index(

@@ -24,9 +24,7 @@ conversations, and a session job never coalesces with a conversation that has th
 CONVERSATION = "conversation"
 SESSION_COMPRESS = "session_compress"
 """A session due for compression: ``thread_id`` holds the session id, ``messages`` is empty."""
-SESSION_SUMMARY = "session_summary"
-"""A compressed session summary handed to the long-term updater as a conversation."""
-QUEUE_KINDS = (CONVERSATION, SESSION_COMPRESS, SESSION_SUMMARY)
+QUEUE_KINDS = (CONVERSATION, SESSION_COMPRESS)
 MAX_THREAD_ID_CHARS = 255
 """As long as a fact's ``source`` column; a longer thread id is refused, never cut (ids would merge)."""
 

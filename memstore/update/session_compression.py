@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from memstore.capture.conversation import SESSION_SUMMARY, ConversationContext
+from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig
 from memstore.inject.tokens import count_tokens
 from memstore.session import SessionKey, SessionTurn, compression_due
@@ -35,7 +35,6 @@ def summary_conversation(context: ConversationContext, messages: list[dict[str, 
         context.user_id,
         timestamp=context.timestamp,
         tenant_id=context.tenant_id,
-        kind=SESSION_SUMMARY,
     )
 
 

@@ -44,7 +44,7 @@ CREATE TABLE memory_session_turns (
     CONSTRAINT fk_memory_session_turns_tenant_id_memory_sessions FOREIGN KEY(tenant_id, user_id, agent_name, session_id) REFERENCES memory_sessions (tenant_id, user_id, agent_name, session_id) ON DELETE CASCADE
 );
 
-ALTER TABLE memory_queue ADD COLUMN kind VARCHAR(16) DEFAULT 'conversation' NOT NULL CONSTRAINT ck_memory_queue_known_kind CHECK (kind IN ('conversation', 'session_compress', 'session_summary'));
+ALTER TABLE memory_queue ADD COLUMN kind VARCHAR(16) DEFAULT 'conversation' NOT NULL CONSTRAINT ck_memory_queue_known_kind CHECK (kind IN ('conversation', 'session_compress'));
 
 DROP INDEX uq_memory_queue_conversation;
 

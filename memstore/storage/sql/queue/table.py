@@ -75,7 +75,7 @@ class QueuedConversation:
     captured_at: datetime
     tenant_id: str = DEFAULT_TENANT_ID
     kind: str = "conversation"
-    """``conversation``, ``session_compress`` or ``session_summary`` (``capture.conversation``)."""
+    """``conversation`` or ``session_compress`` (``capture.conversation``)."""
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ class MemoryQueueItem(Base):
 
     id: Mapped[int] = mapped_column(Id, primary_key=True)
     tenant_id: Mapped[str] = tenant_column()
-    # ``conversation`` (a turn to learn from), ``session_compress`` (a session due for compression,
-    # ``thread_id`` holding its id) or ``session_summary`` (a compressed summary to learn from).
+    # ``conversation`` (a turn to learn from) or ``session_compress`` (a session due for
+    # compression, ``thread_id`` holding its id).
     kind: Mapped[str] = mapped_column(String(16), nullable=False, server_default=text("'conversation'"))
     thread_id: Mapped[str] = mapped_column(String(255), nullable=False)
     user_id: Mapped[str] = mapped_column(String(128), nullable=False)
@@ -58,7 +58,7 @@ class MemoryQueueItem(Base):
 
     __table_args__ = (
         CheckConstraint("state IN ('pending', 'leased', 'done', 'dead')", name="known_state"),
-        CheckConstraint("kind IN ('conversation', 'session_compress', 'session_summary')", name="known_kind"),
+        CheckConstraint("kind IN ('conversation', 'session_compress')", name="known_kind"),
         Index(
             "uq_memory_queue_conversation",
             "tenant_id",
