@@ -191,6 +191,18 @@ def test_a_session_expires_ttl_after_its_last_turn(session_store: SessionStore) 
     assert _contents(session_store, KEY, gone + timedelta(seconds=2)) == ["new"]
 
 
+def test_expire_deletes_exactly_the_expired_sessions(session_store: SessionStore) -> None:
+    limits = SessionLimits(max_stored_turns=10, max_sessions_per_user=5, ttl_seconds=60)
+    other = SessionKey("bob", "s2", None, "globex")
+    _append(session_store, KEY, "old", limits=limits)
+    _append(session_store, other, "recent", limits=limits, now=T0 + timedelta(seconds=50))
+    removed = session_store.expire(T0 + timedelta(seconds=70))
+    # Redis expires keys on its own clock, so its expire() has nothing left to do.
+    assert removed in (0, 1) and (removed == 1 or type(session_store).__name__ == "RedisSessionStore")
+    assert session_store.read(KEY, now=T0 + timedelta(seconds=70)) == (None, [])
+    assert _contents(session_store, other, T0 + timedelta(seconds=70)) == ["recent"]
+
+
 # -- compression --------------------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ from memstore.storage.sql.engine import (
 )
 from memstore.storage.sql.identity import reading, set_identity
 from memstore.storage.sql.maintenance.operator import operator_engine
+from memstore.storage.sql.queue.table import insert_for
 from memstore.storage.sql.schema.migrate import prepare_once
 from memstore.storage.sql.schema.models import session_turns_table as _turns
 from memstore.storage.sql.schema.models import sessions_table as _sessions
@@ -170,8 +171,10 @@ class DatabaseSessionStore(SessionStore):
         ).scalar_one()
         if live >= limits.max_sessions_per_user:
             raise too_many_sessions(limits)
+        # Another replica may create the session at the same moment: its row wins, and is locked next.
         conn.execute(
-            insert(_sessions).values(
+            insert_for(conn)(_sessions)
+            .values(
                 **values,
                 epoch=uuid.uuid4().hex[:16],
                 next_seq=0,
@@ -182,6 +185,7 @@ class DatabaseSessionStore(SessionStore):
                 updated_at=now,
                 expires_at=now + timedelta(seconds=limits.ttl_seconds),
             )
+            .on_conflict_do_nothing()
         )
         row = self._locked(conn, key)
         assert row is not None
