@@ -163,7 +163,13 @@ def checked_turns(raw: object, *, max_chars: int) -> list[SessionTurn]:
         raise InvalidTurnError("turns must be a non-empty list")
     if len(raw) > MAX_TURNS_PER_APPEND:
         raise InvalidTurnError(f"{len(raw)} turns in one append, over the {MAX_TURNS_PER_APPEND} accepted")
-    return [checked_turn(item, max_chars=max_chars) for item in raw]
+    checked = []
+    for index, item in enumerate(raw):
+        try:
+            checked.append(checked_turn(item, max_chars=max_chars))
+        except InvalidTurnError as exc:
+            raise InvalidTurnError(f"turn {index}: {exc}") from exc
+    return checked
 
 
 def compression_due(info: SessionInfo, *, max_turns: int, max_tokens: int) -> bool:

@@ -7,13 +7,15 @@ run (or, for injection, an absolute median). Writes a table to stdout, ``results
 copy, with ``--write-docs``), and with ``--write-docs`` the generated regions of docs/performance.md
 (the queue scenario and the large-scope one have their own, so ``--only queue`` or ``--only large``
 can refresh one alone). ``--only access`` runs the access-tracking scenario alone (request path with
-tracking on vs off) into ``results.json``.
+tracking on vs off) into ``results.json``; ``--only sessions`` the session-memory scenarios
+(``bench_sessions.py``: append, context and compression on SQLite, PostgreSQL and Redis).
 
-    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access|tenancy|large] [--out DIR]
-        [--write-docs]
+    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access|tenancy|large|sessions]
+        [--out DIR] [--write-docs]
 
 PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
-drops its own database there.
+drops its own database there. The Redis session scenario runs on MEMSTORE_BENCH_REDIS_URL (``off``
+skips it), else on redis://127.0.0.1:6379/0 if it answers.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import bench_relevance
 import bench_report
 import bench_scenarios
 import bench_search
+import bench_sessions
 import bench_tenancy
 import sqlalchemy
 from bench_core import SQLITE_NORMAL, Result
@@ -96,7 +99,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["queue", "access", "tenancy", "large"],
+        choices=["queue", "access", "tenancy", "large", "sessions"],
         help="run one scenario; results.json keeps the others' entries, the chart is left alone "
         "(an access-only run never writes docs)",
     )
@@ -195,6 +198,7 @@ def run(
     mode = MODES[mode_name]
     use_bench_config(work)
     results: list[Result] = []
+    notes: list[str] = []
     with ExitStack() as stack:
         pg_url = stack.enter_context(bench_pg.bench_database(pg_server)) if pg_server else None
         pg_conn = bench_pg.connect(pg_url) if pg_url else None
@@ -220,12 +224,21 @@ def run(
             _stage("tenancy", started)
         if only in (None, "large"):
             results += _large(mode, work, pg_server, pg_durability)
+        if only in (None, "sessions"):
+            started = time.perf_counter()
+            found, notes = bench_sessions.sessions(
+                work, pg_url, pg_durability, mode.loads, mode.saves, mode.warmup
+            )
+            results += found
+            _stage("sessions", started)
         if only == "access":
             results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
         elif only in (None, "queue"):
             results += _queue(mode_name, work, pg_url, pg_durability)
     dispose_engines()
-    return results, _meta(mode_name, mode, pg_server, pg_version, only is None)
+    meta = _meta(mode_name, mode, pg_server, pg_version, only is None)
+    meta["notes"] += notes
+    return results, meta
 
 
 def _is_access(scenario: str) -> bool:
@@ -234,6 +247,10 @@ def _is_access(scenario: str) -> bool:
 
 def _is_tenancy(scenario: str) -> bool:
     return scenario.startswith("tenancy_")
+
+
+def _is_sessions(scenario: str) -> bool:
+    return scenario.startswith(bench_sessions.SCENARIO_PREFIX)
 
 
 def _is_queue(scenario: str) -> bool:
@@ -265,7 +282,8 @@ def _blocks(meta: dict[str, Any], title: str, results: list[Result], rows: list[
         table = {"queue": bench_report.queue_table, "large": bench_large_report.large_table}.get(
             region, bench_report.results_table
         )
-        parts.append((header, bench_report.verdict_table(ratios), table(ran), notes) if ran else ())
+        sessions = bench_sessions.sessions_table(ran) if region == "main" else ""
+        parts.append((header, bench_report.verdict_table(ratios), table(ran), sessions, notes) if ran else ())
     return ["\n\n".join(part for part in block if part) for block in parts]
 
 
@@ -286,9 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     title = f"memstore benchmark ({mode_name}, {meta['generated_at']}, {meta['cpus']} CPUs)"
     if args.only:
-        replaces = {"queue": _is_queue, "access": _is_access, "tenancy": _is_tenancy, "large": _is_large}[
-            args.only
-        ]
+        replaces = {
+            "queue": _is_queue,
+            "access": _is_access,
+            "tenancy": _is_tenancy,
+            "large": _is_large,
+            "sessions": _is_sessions,
+        }[args.only]
         bench_report.merge_json(out / "results.json", meta, results, rows, replaces)
     else:
         bench_report.write_json(out / "results.json", meta, results, rows)
@@ -296,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     blocks = _blocks(meta, title, results, rows)
     print("\n" + "\n\n".join(block for block in blocks if block))
     print(f"\nwrote {out / 'results.json'}" + ("" if args.only else f" and {out / 'chart.png'}"))
-    if args.write_docs and args.only in ("access", "tenancy"):
+    if args.write_docs and args.only in ("access", "tenancy", "sessions"):
         print(f"not writing docs/performance.md: a {args.only}-only run would replace the main table")
     elif args.write_docs:
         regions = (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS, bench_report.LARGE_MARKERS)

@@ -13,6 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import bench_large_report
+import bench_sessions
 import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot loads
 from bench_core import Result
 
@@ -256,6 +257,7 @@ def _search_targets() -> tuple[Target, ...]:
 TARGETS += _queue_targets()
 TARGETS += _search_targets()
 TARGETS += tuple(Target(**fields) for fields in bench_large_report.target_fields())
+TARGETS += tuple(Target(**fields) for fields in bench_sessions.target_fields())
 
 
 def _value(result: Result, target: Target) -> float:

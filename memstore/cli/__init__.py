@@ -107,6 +107,7 @@ def _register() -> None:
     from memstore.cli.mcp import mcp
     from memstore.cli.queue import queue, worker
     from memstore.cli.serve import serve
+    from memstore.cli.sessions import sessions
     from memstore.cli.show import show
     from memstore.cli.stats import stats
     from memstore.cli.transfer import export_command, import_command
@@ -127,6 +128,7 @@ def _register() -> None:
     main.add_command(queue)
     main.add_command(restore)
     main.add_command(serve)
+    main.add_command(sessions)
     main.add_command(show)
     main.add_command(stats)
     main.add_command(vacuum)

@@ -1,7 +1,9 @@
-"""One rule for the commands that delete data (``erase``, ``vacuum``, ``queue purge``, ``db downgrade``).
+"""One rule for the commands that delete data (``erase``, ``vacuum``, ``queue purge``, ``db downgrade``,
+``sessions clear``).
 
-Each goes ahead with ``--yes``, asks on a terminal, and refuses without one. All but ``erase``
-first list what they delete, on stderr so stdout stays their result (``--json`` stays parseable).
+Each goes ahead with ``--yes``, asks on a terminal, and refuses without one. All but ``erase`` and
+``sessions clear`` (whose question names what goes) first list what they delete, on stderr so
+stdout stays their result (``--json`` stays parseable).
 """
 
 from __future__ import annotations

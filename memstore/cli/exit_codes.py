@@ -7,7 +7,8 @@ EXIT_USAGE = 2
 EXIT_INVALID_ITEMS = 3
 """``import`` finished, but some items were invalid (the valid ones were imported)."""
 EXIT_NOTHING_MATCHED = 4
-"""``show`` or ``erase`` found nothing stored for the user (or scope): usually a mistyped id."""
+"""``show``, ``erase`` or ``sessions show|clear`` found nothing stored for the user (or scope or
+session): usually a mistyped id."""
 EXIT_CANNOT_LISTEN = 5
 """``serve`` could not listen on the address and port (in use, not permitted, no such address)."""
 EXIT_DOCTOR_FAILED = 6

@@ -23,6 +23,8 @@ from memstore.errors import (
     DuplicateFactError,
     EmbeddingError,
     MemstoreError,
+    SessionLimitError,
+    SessionStoreUnavailableError,
     StorageSetupError,
     StorageUnavailableError,
     StorageWriteError,
@@ -54,10 +56,16 @@ def _error(exc: Exception, owner: str) -> str:
     """The one place tool failures become the error JSON the model reads.
 
     A store or embeddings failure gets the generic message the HTTP API gives, because its cause
-    names the database; the cause is logged once at WARNING with the user, as a 503 is.
+    names the database; the cause is logged once at WARNING with the user, as a 503 is. A session
+    write past a cap says which one (``limit``: ``turns`` or ``sessions``), as the HTTP 429 does.
     """
     if isinstance(exc, DuplicateFactError):
         return _result({"error": DUPLICATE_ERROR})
+    if isinstance(exc, SessionLimitError):
+        return _result({"error": str(exc), "limit": exc.kind})
+    if isinstance(exc, SessionStoreUnavailableError):
+        logger.warning("memory tool call of user %s failed, session store: %s", owner, exc)
+        return _result({"error": STORAGE_UNAVAILABLE_MESSAGE})
     if isinstance(exc, (StorageUnavailableError, StorageWriteError, StorageSetupError)):
         logger.warning("memory tool call of user %s failed, storage: %s", owner, exc)
         return _result({"error": STORAGE_UNAVAILABLE_MESSAGE})

@@ -11,30 +11,32 @@ a 404, whoever else owns it.
 Handlers are plain functions: FastAPI runs them in its thread pool, so blocking database I/O
 never stalls the event loop.
 
+The ``/sessions`` routes (``fastapi_sessions.py``) keep the caller's short-term session memory,
+under the same identity.
+
 Request models (``fastapi_models.py``) carry the core's size caps (``memstore.document``), so an
-oversized fact, summary or import is a 422 before it reaches storage. The router does not limit
-the raw body size: that is the mounting app's or its proxy's job (``memstore serve`` sets one).
+oversized fact, summary or import is a 422 before it reaches storage. Apart from a session append
+(``fastapi_sessions.MAX_APPEND_BODY_BYTES``), the router does not limit the raw body size: that is
+the mounting app's or its proxy's job (``memstore serve`` sets one).
 """
 
 # No ``from __future__ import annotations``: FastAPI must evaluate the handlers' annotations,
 # which refer to the factory's local ``Owner``.
 
 import logging
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 try:
-    from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Query, Request, Response
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.routing import APIRoute
+    from fastapi import APIRouter, BackgroundTasks, Depends, HTTPException, Query
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
     raise ImportError("memstore.integrations.fastapi needs FastAPI: pip install 'memstore[server]'") from exc
 
 from memstore.config import get_memory_config
 from memstore.document import MAX_CATEGORY_CHARS, MAX_FACT_CHARS, MemoryDocument
 from memstore.errors import InvalidScopeError
-from memstore.integrations.fastapi_errors import mapped_errors
+from memstore.integrations.fastapi_errors import MemoryRoute, mapped_errors
 from memstore.integrations.fastapi_models import (
     ContextSection,
     ErrorResponse,
@@ -48,9 +50,18 @@ from memstore.integrations.fastapi_models import (
     MemoryImportRequest,
     MemoryResponse,
     MemoryStatusResponse,
+    SessionAppendRequest,
+    SessionClearedResponse,
+    SessionContextResponse,
+    SessionInfoResponse,
+    SessionListResponse,
+    SessionResponse,
+    SessionTurnRequest,
+    SessionTurnResponse,
     UserContext,
     ValidationErrorResponse,
 )
+from memstore.integrations.fastapi_sessions import add_session_routes
 from memstore.ops.facts import (
     clear_memory_data,
     create_memory_fact,
@@ -82,6 +93,14 @@ __all__ = [
     "MemoryImportRequest",
     "MemoryResponse",
     "MemoryStatusResponse",
+    "SessionAppendRequest",
+    "SessionClearedResponse",
+    "SessionContextResponse",
+    "SessionInfoResponse",
+    "SessionListResponse",
+    "SessionResponse",
+    "SessionTurnRequest",
+    "SessionTurnResponse",
     "UserContext",
     "create_memory_router",
 ]
@@ -110,38 +129,6 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
         "request ran (reload and retry)",
     },
 }
-
-
-class _MemoryRoute(APIRoute):
-    """Answers every 422 in the documented shape: ``loc``, ``msg`` and ``type`` only.
-
-    FastAPI's own handler echoes each error's ``input`` too. A NaN or a lone surrogate in a body
-    cannot be encoded back as JSON, so the 422 for it became a 500, and the echo of a rejected
-    megabyte-sized fact doubled the traffic it cost. Doing this in the route keeps it with the
-    router whatever app mounts it.
-    """
-
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
-
-        async def handle(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except RequestValidationError as exc:
-                raise RequestValidationError([_renderable(error) for error in exc.errors()]) from exc
-
-        return handle
-
-
-def _renderable(error: Mapping[str, Any]) -> dict[str, Any]:
-    def text(value: object) -> str:
-        return str(value).encode("utf-8", "replace").decode("utf-8")
-
-    return {
-        "loc": [part if isinstance(part, int) else text(part) for part in error.get("loc", ())],
-        "msg": text(error.get("msg", "")),
-        "type": text(error.get("type", "value_error")),
-    }
 
 
 @dataclass(frozen=True)
@@ -226,7 +213,7 @@ def create_memory_router(
     for the default tenant) and ``current_roles`` (returning role names) are dependencies too,
     from the same trusted source; without them every caller is in the default tenant, with no roles.
     """
-    router = APIRouter(prefix=prefix, tags=["memory"], route_class=_MemoryRoute)
+    router = APIRouter(prefix=prefix, tags=["memory"], route_class=MemoryRoute)
 
     def caller_of(
         owner: Annotated[str, Depends(current_user_id)],
@@ -393,4 +380,5 @@ def create_memory_router(
         with mapped_errors(owner.user_id):
             return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(**owner.scope), owner))
 
+    add_session_routes(router, caller_of)
     return router

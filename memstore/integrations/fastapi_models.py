@@ -1,7 +1,7 @@
 """The request and response models of ``/api/memory`` (``integrations.fastapi``), apart from its routes.
 
-Request models carry the core's size caps (``memstore.document``), so an oversized fact, summary
-or import is a 422 before it reaches storage.
+Request models carry the core's size caps (``memstore.document``, ``memstore.session``), so an
+oversized fact, summary, import or append is a 422 before it reaches storage.
 """
 
 # No ``from __future__ import annotations``: pydantic and FastAPI evaluate these annotations.
@@ -21,6 +21,7 @@ from memstore.document import (
 from memstore.ops.record_fields import MemoryType, SourceKind
 from memstore.ops.validation import MAX_GRANTS
 from memstore.record import MAX_RAW_CHARS, MAX_TAGS
+from memstore.session import MAX_TOOL_CALLS_BYTES, MAX_TURN_NAME_CHARS, MAX_TURNS_PER_APPEND
 
 
 class ContextSection(BaseModel):
@@ -227,3 +228,90 @@ class ValidationErrorResponse(BaseModel):
     """FastAPI's own 422 shape, used for memstore's validation errors too."""
 
     detail: list[ValidationErrorItem]
+
+
+# -- sessions (short-term memory): ``integrations.fastapi_sessions`` ----------------------------
+
+
+class SessionTurnRequest(BaseModel):
+    """One turn to append, as an OpenAI-style message. The content's cap is the setting
+    ``session_max_turn_chars``, checked on append with the role and the tool calls (a 422 naming
+    the rule); the request body as a whole is capped by ``MAX_APPEND_BODY_BYTES``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: str = Field(
+        max_length=16,
+        description="user, assistant, system or tool (LangChain's human and ai: user and assistant)",
+    )
+    content: str = Field(description="The message text (at most session_max_turn_chars characters)")
+    name: str | None = Field(default=None, max_length=MAX_TURN_NAME_CHARS, description="The speaker or tool")
+    tool_calls: list[Any] | None = Field(
+        default=None,
+        description=f"The assistant's tool calls: plain JSON, {MAX_TOOL_CALLS_BYTES} bytes at most",
+    )
+
+
+class SessionAppendRequest(BaseModel):
+    """The body of ``POST /sessions/{session_id}/turns``: turns, oldest first, stored all or none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns: list[SessionTurnRequest] = Field(min_length=1, max_length=MAX_TURNS_PER_APPEND)
+
+
+class SessionInfoResponse(BaseModel):
+    """A session's bookkeeping: its raw turns (and their tokens) not yet compressed into the summary."""
+
+    sessionId: str
+    userId: str | None
+    agentName: str | None
+    tenantId: str
+    turnCount: int = Field(description="Raw turns stored (the summary is not counted)")
+    tokenCount: int = Field(description="Tokens of the raw turns")
+    compressions: int = Field(description="Times older turns were replaced by the summary")
+    createdAt: str
+    updatedAt: str
+    expiresAt: str = Field(description="The session expires unless appended to before then")
+
+
+class SessionTurnResponse(BaseModel):
+    """A stored turn: the message (``name`` and ``tool_calls`` only when set) and the store's fields."""
+
+    role: str
+    content: str
+    name: str | None = None
+    tool_calls: list[Any] | None = None
+    seq: int = Field(description="Its number in the session, increasing")
+    summary: bool = Field(description="The system turn summarising the turns up to its seq")
+    tokens: int
+    createdAt: str | None = None
+
+
+class SessionResponse(BaseModel):
+    session: SessionInfoResponse
+    turns: list[SessionTurnResponse] = Field(
+        description="GET: every stored turn, the summary first; POST: the turns just appended"
+    )
+
+
+class SessionListResponse(BaseModel):
+    sessions: list[SessionInfoResponse] = Field(description="The most recently active first")
+    limit: int
+    offset: int
+
+
+class SessionClearedResponse(BaseModel):
+    sessionId: str
+    cleared: bool = Field(description="Always true: a session that was not there is a 404")
+
+
+class SessionContextResponse(BaseModel):
+    """What the next prompt takes from the session (``memstore.inject.session_context``)."""
+
+    messages: list[dict[str, Any]] = Field(
+        description="Oldest first: the summary as a system message (if any), then the newest turns that fit"
+    )
+    summary: str | None
+    omitted: int = Field(description="Older raw turns left out by the token budget")
+    tokens: int

@@ -1,15 +1,16 @@
-"""memstore as an MCP server: any MCP client can search, add, update and delete facts, and fetch
-the memory context for a query.
+"""memstore as an MCP server: any MCP client can search, add, update and delete facts, fetch the
+memory context for a query, and keep a conversation's short-term session memory.
 
 Built on the official ``mcp`` SDK (``MCPServer``, the SDK's own high-level server): it is the
 protocol's reference implementation, moves with the specification, and brings only what the
 stdio and streamable HTTP transports need; FastMCP would add a second framework on top of it.
 
-Each tool is a thin wrapper over the tool-mode function of the same name (``gateway.tools``), so
-validation, caps, descriptions and error wording are tool mode's. The wrappers exist for the
-scope: the user, tenant and roles come from the server's ``CallerOf`` (a fixed ``--user``,
-``--tenant``, ``--roles``, or the headers an authenticating proxy sets), never from a tool
-argument, so a model cannot name another user, tenant or role.
+Each tool is a thin wrapper over the tool-mode function of the same name (``gateway.tools``, and
+``gateway.session_tools`` for the ``session_*`` tools), so validation, caps, descriptions and
+error wording are tool mode's. The wrappers exist for the scope: the user, tenant and roles come
+from the server's ``CallerOf`` (a fixed ``--user``, ``--tenant``, ``--roles``, or the headers an
+authenticating proxy sets), never from a tool argument, so a model cannot name another user,
+tenant or role.
 A tool-mode ``{"error": ...}`` becomes an MCP tool error (``isError``) with the same text.
 """
 
@@ -31,7 +32,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memstore.document import DEFAULT_CATEGORY, MANUAL_CONFIDENCE
-from memstore.gateway import tools
+from memstore.gateway import session_tools, tools
 from memstore.integrations.identity import (
     IdentityHeaderError,
     roles_from_header,
@@ -43,6 +44,7 @@ from memstore.ops.record_fields import MemoryType, SourceKind
 from memstore.ops.validation import MAX_GRANTS
 from memstore.record import MAX_RAW_CHARS, MAX_TAGS
 from memstore.scope import Identity, normalize_agent_name
+from memstore.session import MAX_TURNS_PER_APPEND
 from memstore.storage.records import SearchMode
 
 MCP_PATH = "/mcp"
@@ -57,11 +59,15 @@ Confidence = Annotated[float, Field(strict=True, ge=0.0, le=1.0)]
 Grantees = Annotated[list[str], Field(max_length=MAX_GRANTS)]
 Tags = Annotated[list[str], Field(max_length=MAX_TAGS)]
 Raw = Annotated[str, Field(max_length=MAX_RAW_CHARS)]
+Turns = Annotated[list[dict[str, Any]], Field(min_length=1, max_length=MAX_TURNS_PER_APPEND)]
+MaxTokens = Annotated[int, Field(strict=True, ge=1, le=session_tools.MAX_CONTEXT_TOKENS)]
+Offset = Annotated[int, Field(strict=True, ge=0, le=session_tools.MAX_LIST_OFFSET)]
 
 INSTRUCTIONS = (
     "Long-term memory about the user. Call memory_context with the user's message to get what is "
     "known about them; memory_search to find facts; memory_add, memory_update and memory_delete "
-    "to keep them true."
+    "to keep them true. Short-term memory of a conversation: session_append its turns as they "
+    "happen, session_context to get it back (older turns summarised), session_clear to forget it."
 )
 
 
@@ -116,6 +122,11 @@ def _scope(identity: Identity) -> dict[str, Any]:
     return {"user_id": identity.user_id, "tenant_id": identity.tenant_id, "roles": identity.roles}
 
 
+def _session_scope(identity: Identity) -> dict[str, Any]:
+    """The session tools' keywords for ``identity`` (roles decide nothing about a session)."""
+    return {"user_id": identity.user_id, "tenant_id": identity.tenant_id}
+
+
 def _answer(result: str) -> dict[str, Any]:
     payload: dict[str, Any] = json.loads(result)
     if "error" in payload:
@@ -124,8 +135,8 @@ def _answer(result: str) -> dict[str, Any]:
 
 
 def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> MCPServer:
-    """The five memory tools over ``identity``'s user (in its tenant, with its roles) and the given
-    agent's memory."""
+    """The memory and session tools over ``identity``'s user (in its tenant, with its roles) and the
+    given agent's memory and sessions."""
     agent_name = normalize_agent_name(agent_name)  # a bad name fails here, not on every call
     server: MCPServer = MCPServer(
         "memstore", version=version("memstore"), instructions=INSTRUCTIONS, log_level="WARNING"
@@ -219,12 +230,31 @@ def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> M
     def memory_context(query: str, ctx: Context) -> dict[str, Any]:
         return _answer(tools.memory_context(query, agent_name=agent_name, **_scope(identity(ctx))))
 
+    def session_append(session_id: str, turns: Turns, ctx: Context) -> dict[str, Any]:
+        scope = _session_scope(identity(ctx))
+        return _answer(session_tools.session_append(session_id, turns, agent_name=agent_name, **scope))
+
+    def session_context(session_id: str, ctx: Context, max_tokens: MaxTokens | None = None) -> dict[str, Any]:
+        scope = _session_scope(identity(ctx))
+        return _answer(session_tools.session_context(session_id, max_tokens, agent_name=agent_name, **scope))
+
+    def session_clear(session_id: str, ctx: Context) -> dict[str, Any]:
+        scope = _session_scope(identity(ctx))
+        return _answer(session_tools.session_clear(session_id, agent_name=agent_name, **scope))
+
+    def session_list(ctx: Context, limit: Limit = 20, offset: Offset = 0) -> dict[str, Any]:
+        return _answer(session_tools.session_list(limit, offset, **_session_scope(identity(ctx))))
+
     for wrapper, shared in (
         (memory_search, tools.memory_search),
         (memory_add, tools.memory_add),
         (memory_update, tools.memory_update),
         (memory_delete, tools.memory_delete),
         (memory_context, tools.memory_context),
+        (session_append, session_tools.session_append),
+        (session_context, session_tools.session_context),
+        (session_clear, session_tools.session_clear),
+        (session_list, session_tools.session_list),
     ):
         server.add_tool(wrapper, name=shared.__name__, description=getdoc(shared))
     return server

@@ -70,7 +70,9 @@ def append_turns(
     use_tiktoken = config.token_counting == "tiktoken"
     checked = [
         _counted(turn, use_tiktoken)
-        for turn in checked_turns(list(turns), max_chars=config.session_max_turn_chars)
+        for turn in checked_turns(
+            list(turns) if isinstance(turns, list | tuple) else turns, max_chars=config.session_max_turn_chars
+        )
     ]
     result = get_session_store(config).append(
         key, checked, now=datetime.now(UTC), limits=session_limits(config)

@@ -22,6 +22,12 @@ LARGE_STORAGE = (
     "large_save_evict",
 )
 LARGE_SIZES = (1000, 5000, 10_000)
+SESSION_SCENARIOS = (
+    "session_append_2turns",
+    "session_context",
+    "session_compress_10turns_extract_off",
+    "session_compress_10turns_extract_on",
+)
 SQLITE_VARIANTS = {
     "load_warm_100": {"sqlite", "file"},
     "load_cold_100": {"sqlite", "sqlite3_floor", "langgraph_sqlite", "file"},
@@ -43,6 +49,7 @@ SQLITE_VARIANTS = {
         scenario: {f"facts_{size}" for size in LARGE_SIZES}
         for scenario in ("large_update_prompt", "large_update_apply")
     },
+    **{scenario: {"sqlite"} for scenario in SESSION_SCENARIOS},
 }
 PG_VARIANTS = {
     "load_warm_100": {"postgresql"},
@@ -57,7 +64,9 @@ PG_VARIANTS = {
     "tenancy_save_add1_100": {"rls_off", "rls_on"},
     "tenancy_context_merge": {"own_only", "merged_100_shared"},
     **{scenario: {f"postgresql_{size}" for size in LARGE_SIZES} for scenario in LARGE_STORAGE},
+    **{scenario: {"postgresql"} for scenario in SESSION_SCENARIOS},
 }
+REDIS_VARIANTS = {scenario: {"redis"} for scenario in SESSION_SCENARIOS}
 QUEUE_LAYOUTS = {"1w": 1, "4w": 4, "16w": 16, "2x8w": 16}
 SQLITE_TARGETS = {
     "warm_load",
@@ -96,7 +105,9 @@ PG_TARGETS = {
     "search_postgresql",
     *(f"{operation}_postgresql" for operation in SEARCH_OPERATIONS[1:]),
     *(f"{scenario}_postgresql" for scenario in LARGE_STORAGE),
+    *(f"{scenario}_postgresql_vs_sqlite" for scenario in SESSION_SCENARIOS),
 }
+REDIS_TARGETS = {f"{scenario}_redis_vs_sqlite" for scenario in SESSION_SCENARIOS}
 
 
 def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> None:
@@ -105,6 +116,9 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
     pg_server = os.environ.get("MEMSTORE_TEST_PG_URL")
     if pg_server:
         env["MEMSTORE_BENCH_PG_URL"] = pg_server
+    # Redis likewise; without the suite's server the benchmark must not pick one up on its own.
+    redis_server = os.environ.get("MEMSTORE_TEST_REDIS_URL")
+    env["MEMSTORE_BENCH_REDIS_URL"] = redis_server or "off"
     published = {path: path.read_bytes() for path in PUBLISHED}
     result = subprocess.run(  # no --out and no --write-docs: the results go to .bench/
         [sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke"],
@@ -129,6 +143,12 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
         targets |= PG_TARGETS
     else:
         assert "PostgreSQL scenarios skipped" in result.stdout
+    if redis_server:
+        for scenario, variants in REDIS_VARIANTS.items():
+            expected[scenario] = expected.get(scenario, set()) | variants
+        targets |= REDIS_TARGETS
+    else:
+        assert "Redis session scenarios skipped" in result.stdout
     seen: dict[str, set[str]] = {}
     for row in payload["results"]:
         seen.setdefault(row["scenario"], set()).add(row["variant"])
@@ -145,6 +165,7 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
         assert row["verdict"] in {"met", "missed", "info"}
     assert "smoke mode: the scale scenario used" in result.stdout
     assert "| 200ms | sqlite_16w | 16 |" in result.stdout  # the queue's own table
+    assert "| append a user + assistant pair (one call, 2 turns), p50 | 5 |" in result.stdout  # sessions'
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
     # --only queue replaces the queue's entries and keeps every other scenario's.

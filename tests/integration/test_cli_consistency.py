@@ -95,6 +95,12 @@ def _old_fact(index: int, category: str = "knowledge") -> dict[str, Any]:
         (["import", "FILE", "--user", "bad id!"], "'--user'"),
         (["import", "FILE", "--user", "alice", "--agent", "bad/x"], "'--agent'"),
         (["db", "current", "--url", ""], "'--url'"),
+        (["sessions", "list", "--user", ""], "'--user'"),
+        (["sessions", "list", "--user", "alice", "--limit", "1001"], "'--limit'"),
+        (["sessions", "show", "bad id!", "--user", "alice"], "'SESSION_ID'"),
+        (["sessions", "show", "s1", "--user", "alice", "--max-tokens", "5"], "--max-tokens needs --context"),
+        (["sessions", "show", "s1", "--user", "alice", "--context", "--max-tokens", "0"], "'--max-tokens'"),
+        (["sessions", "clear", "s1", "--user", "alice", "--agent", "a/b", "--yes"], "'--agent'"),
         (["worker", "--metrics-port", "9999", "--metrics-host", ""], "'--metrics-host'"),
     ],
 )

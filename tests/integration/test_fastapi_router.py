@@ -251,6 +251,11 @@ def test_openapi_documents_every_endpoint_and_its_errors(client: TestClient) -> 
         ("DELETE", "/api/memory/facts/{fact_id}"): {"200", "400", "404", "409", "422", "503"},
         ("GET", "/api/memory/config"): {"200", "422"},
         ("GET", "/api/memory/status"): {"200", "400", "422", "503"},
+        ("GET", "/api/memory/sessions"): {"200", "400", "422", "503"},
+        ("GET", "/api/memory/sessions/{session_id}"): {"200", "400", "404", "422", "503"},
+        ("GET", "/api/memory/sessions/{session_id}/context"): {"200", "400", "422", "503"},
+        ("POST", "/api/memory/sessions/{session_id}/turns"): {"200", "400", "413", "422", "429", "503"},
+        ("DELETE", "/api/memory/sessions/{session_id}"): {"200", "400", "404", "422", "503"},
     }
     for operations in paths.values():
         for operation in operations.values():

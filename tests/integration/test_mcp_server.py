@@ -35,7 +35,17 @@ from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
 from tests.integration.conftest import Cli
 
-TOOLS = ["memory_add", "memory_context", "memory_delete", "memory_search", "memory_update"]
+TOOLS = [
+    "memory_add",
+    "memory_context",
+    "memory_delete",
+    "memory_search",
+    "memory_update",
+    "session_append",
+    "session_clear",
+    "session_context",
+    "session_list",
+]
 HEADER = "X-Memstore-User"
 ACCEPT_BOTH = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 STARTUP_ATTEMPTS = 600  # polls 0.1 s apart: generous for a loaded 2-core machine
