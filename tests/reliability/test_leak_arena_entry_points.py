@@ -40,6 +40,7 @@ from memstore.gateway.middleware import MemoryMiddleware
 from memstore.integrations.deerflow import DeerMemStore, SeedStore
 from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.mcp import create_mcp_server, fixed_identity
+from memstore.ops import sessions
 from memstore.ops.embeddings import embed_facts
 from memstore.ops.facts import get_memory_data, reload_memory_data, search_memory_facts
 from memstore.ops.transfer import export_scopes
@@ -457,3 +458,79 @@ def test_a_queued_conversation_is_its_identitys_alone(arena: Arena, seeded: Seed
             ]
         )
         assert (secret in shown) == (identity == writer), identity
+
+
+# -- sessions -----------------------------------------------------------------------------------------
+
+
+def test_every_session_entry_point_shows_each_identity_its_own_sessions_only(
+    arena: Arena, configured: MemoryConfig
+) -> None:
+    """Every user gets a session without an agent and one with ``helper``, under the same id, each
+    turn (and the id of one more session) a canary; every entry point that reads sessions must
+    show an identity exactly its user's own (roles change nothing: a session is never shared)."""
+    canaries: dict[tuple[str, str | None], set[str]] = {}
+    for who in IDENTITIES:
+        if (who.tenant_id, who.user_id) in canaries:
+            continue  # the same user with other roles
+        mine = canaries.setdefault((who.tenant_id, who.user_id), set())
+        for agent in (None, AGENT):
+            text = f"canary-{secrets.token_hex(8)}"
+            mine.add(text)
+            turn = [{"role": "user", "content": text}]
+            sessions.append_turns(who.user_id, "s1", turn, agent_name=agent, tenant_id=who.tenant_id)
+        listed = f"canary-{secrets.token_hex(8)}"  # found only by listing the sessions
+        mine.add(listed)
+        sessions.append_turns(
+            who.user_id, listed, [{"role": "user", "content": "hi"}], tenant_id=who.tenant_id
+        )
+    everyone = set().union(*canaries.values())
+
+    def middleware(agent: str | None) -> Read:
+        return lambda who: MemoryMiddleware(agent).session_context(
+            session_id="s1", user_id=who.user_id, tenant_id=who.tenant_id
+        )
+
+    def ops_read(agent: str | None) -> Read:
+        return lambda who: sessions.read_session(who.user_id, "s1", agent_name=agent, tenant_id=who.tenant_id)
+
+    def ops_context(who: Identity) -> object:
+        return sessions.session_context(who.user_id, "s1", agent_name=AGENT, tenant_id=who.tenant_id)
+
+    def ops_list(who: Identity) -> object:
+        return sessions.list_sessions(who.user_id, tenant_id=who.tenant_id)
+
+    def http(client: TestClient, path: str) -> Read:
+        def read(who: Identity) -> object:
+            headers = {"X-User": who.user_id or "", "X-Tenant": who.tenant_id}
+            if who.roles:
+                headers["X-Roles"] = who.roles_setting
+            response = client.get(f"/api/memory{path}", headers=headers)
+            assert response.status_code == 200, (path, response.text)
+            return response.json()
+
+        return read
+
+    with TestClient(_http_app()) as router, TestClient(_serve_app()) as serve:
+        paths: list[tuple[str, Read]] = [
+            ("middleware session_context", middleware(None)),
+            ("middleware session_context helper", middleware(AGENT)),
+            ("ops.read_session", ops_read(None)),
+            ("ops.read_session helper", ops_read(AGENT)),
+            ("ops.session_context helper", ops_context),
+            ("ops.list_sessions", ops_list),
+            ("MCP session_context", _mcp("session_context", {"session_id": "s1"})),
+            ("MCP session_list", _mcp("session_list", {"limit": 100})),
+        ]
+        for name, client in (("router", router), ("serve", serve)):
+            paths += [
+                (f"{name} GET /sessions", http(client, "/sessions?limit=100")),
+                (f"{name} GET /sessions/s1", http(client, "/sessions/s1")),
+                (f"{name} GET /sessions/s1/context", http(client, "/sessions/s1/context")),
+            ]
+        for who in IDENTITIES:
+            own = canaries[(who.tenant_id, who.user_id)]
+            for name, read in paths:
+                found = {text for text in everyone if text in repr(read(who))}
+                assert found <= own, f"{name}: {who} sees another user's session"
+                assert found, f"{name}: {who} sees none of its own sessions"
