@@ -10,15 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import httpx2
@@ -26,7 +23,6 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
 from sqlalchemy import create_engine, make_url, text
 
 from memstore.errors import STORAGE_UNAVAILABLE_MESSAGE
@@ -34,6 +30,7 @@ from memstore.scope import DEFAULT_USER_ID, make_safe_user_id
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines
 from tests.integration.conftest import Cli
+from tests.support.mcp_client import call_tool, memstore_command, tool_error
 
 TOOLS = [
     "memory_add",
@@ -51,12 +48,6 @@ ACCEPT_BOTH = {"Content-Type": "application/json", "Accept": "application/json, 
 STARTUP_ATTEMPTS = 600  # polls 0.1 s apart: generous for a loaded 2-core machine
 
 
-def _memstore() -> str:
-    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    return executable
-
-
 def _stored(url: str, user_id: str) -> list[str]:
     try:
         return [fact["content"] for fact in SqlMemoryStorage(url).load(user_id=user_id)["facts"]]
@@ -65,20 +56,7 @@ def _stored(url: str, user_id: str) -> list[str]:
 
 
 def _stdio_client(cli: Cli, *args: str) -> Client:
-    return Client(StdioServerParameters(command=_memstore(), args=["mcp", *args], env=cli.env))
-
-
-async def _call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
-
-
-async def _error(client: Client, tool: str, **arguments: Any) -> str:
-    result: CallToolResult = await client.call_tool(tool, arguments)
-    assert result.is_error and result.structured_content is None
-    return " ".join(getattr(part, "text", "") for part in result.content)
+    return Client(StdioServerParameters(command=memstore_command(), args=["mcp", *args], env=cli.env))
 
 
 def test_stdio_session_runs_every_tool_against_the_database(cli: Cli) -> None:
@@ -89,25 +67,29 @@ def test_stdio_session_runs_every_tool_against_the_database(cli: Cli) -> None:
             schema = {tool.name: tool.input_schema for tool in listed.tools}
             assert "user_id" not in str(schema) and "agent_name" not in str(schema)
 
-            added = await _call(client, "memory_add", content="Alice drinks green tea", category="preference")
+            added = await call_tool(
+                client, "memory_add", content="Alice drinks green tea", category="preference"
+            )
             assert added["status"] == "added"
             assert _stored(cli.url, "alice") == ["Alice drinks green tea"]
 
-            found = await _call(client, "memory_search", query="tea")
+            found = await call_tool(client, "memory_search", query="tea")
             assert [fact["id"] for fact in found["results"]] == [added["fact_id"]]
 
-            await _call(client, "memory_update", fact_id=added["fact_id"], content="Alice drinks oolong tea")
+            await call_tool(
+                client, "memory_update", fact_id=added["fact_id"], content="Alice drinks oolong tea"
+            )
             assert _stored(cli.url, "alice") == ["Alice drinks oolong tea"]
 
-            context = await _call(client, "memory_context", query="what does she drink?")
+            context = await call_tool(client, "memory_context", query="what does she drink?")
             assert "Alice drinks oolong tea" in context["context"]
             assert context["context"].startswith("<memory>")
-            refused = await _error(client, "memory_context", query="q" * 2001)
+            refused = await tool_error(client, "memory_context", query="q" * 2001)
             assert refused.endswith("query: 2,001 characters, the limit is 2,000")
 
-            await _call(client, "memory_delete", fact_id=added["fact_id"])
+            await call_tool(client, "memory_delete", fact_id=added["fact_id"])
             assert _stored(cli.url, "alice") == []
-            assert "Fact not found" in await _error(client, "memory_delete", fact_id=added["fact_id"])
+            assert "Fact not found" in await tool_error(client, "memory_delete", fact_id=added["fact_id"])
 
     asyncio.run(session())
 
@@ -119,8 +101,8 @@ def test_stdio_tool_errors_say_which_rule_failed_and_never_echo_the_text(cli: Cl
     async def session() -> list[str]:
         async with _stdio_client(cli, "--user", "alice") as client:
             return [
-                await _error(client, "memory_add", content=(marker * 200)[:3000]),
-                await _error(client, "memory_add", content=marker + "\x00"),
+                await tool_error(client, "memory_add", content=(marker * 200)[:3000]),
+                await tool_error(client, "memory_add", content=marker + "\x00"),
             ]
 
     too_long, nul = asyncio.run(session())
@@ -133,16 +115,18 @@ def test_stdio_tool_errors_say_which_rule_failed_and_never_echo_the_text(cli: Cl
 def test_stdio_sessions_of_two_users_are_isolated(cli: Cli) -> None:
     async def sessions() -> None:
         async with _stdio_client(cli, "--user", "alice") as alice:
-            fact_id = (await _call(alice, "memory_add", content="Alice's PIN hint is tea"))["fact_id"]
+            fact_id = (await call_tool(alice, "memory_add", content="Alice's PIN hint is tea"))["fact_id"]
         async with _stdio_client(cli, "--user", "bob") as bob:
-            assert (await _call(bob, "memory_search", query="tea"))["count"] == 0
+            assert (await call_tool(bob, "memory_search", query="tea"))["count"] == 0
             # A tool argument cannot name another user: the scope is the server's, not the model's.
             smuggled = await bob.call_tool("memory_search", {"query": "tea", "user_id": "alice"})
             assert not smuggled.is_error and smuggled.structured_content == {"results": [], "count": 0}
-            assert "Fact not found" in await _error(bob, "memory_update", fact_id=fact_id, content="hijacked")
-            assert "Fact not found" in await _error(bob, "memory_delete", fact_id=fact_id)
-            assert "PIN" not in (await _call(bob, "memory_context", query="tea"))["context"]
-            await _call(bob, "memory_add", content="Bob likes coffee")
+            assert "Fact not found" in await tool_error(
+                bob, "memory_update", fact_id=fact_id, content="hijacked"
+            )
+            assert "Fact not found" in await tool_error(bob, "memory_delete", fact_id=fact_id)
+            assert "PIN" not in (await call_tool(bob, "memory_context", query="tea"))["context"]
+            await call_tool(bob, "memory_add", content="Bob likes coffee")
         assert _stored(cli.url, "alice") == ["Alice's PIN hint is tea"]
         assert _stored(cli.url, "bob") == ["Bob likes coffee"]
 
@@ -160,7 +144,7 @@ def http_server(cli: Cli, *args: str) -> Iterator[str]:
     """``memstore mcp --transport http`` on a free port; yields its /mcp URL once it answers."""
     port = _free_port()
     process = subprocess.Popen(
-        [_memstore(), "mcp", "--transport", "http", "--port", str(port), *args],
+        [memstore_command(), "mcp", "--transport", "http", "--port", str(port), *args],
         env=cli.env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -201,12 +185,14 @@ def test_http_takes_each_callers_user_from_the_proxy_header(cli: Cli) -> None:
         async with http_client(url, "alice@example.com") as alice, http_client(url, "bob") as bob:
             listed = await alice.list_tools()
             assert sorted(tool.name for tool in listed.tools) == TOOLS
-            fact_id = (await _call(alice, "memory_add", content="Alice is allergic to peanuts"))["fact_id"]
-            assert (await _call(bob, "memory_search", query="peanuts"))["count"] == 0
-            assert "Fact not found" in await _error(bob, "memory_update", fact_id=fact_id, content="gone")
-            assert "Fact not found" in await _error(bob, "memory_delete", fact_id=fact_id)
-            await _call(bob, "memory_add", content="Bob is allergic to cats")
-            found = await _call(alice, "memory_search", query="allergic")
+            fact_id = (await call_tool(alice, "memory_add", content="Alice is allergic to peanuts"))[
+                "fact_id"
+            ]
+            assert (await call_tool(bob, "memory_search", query="peanuts"))["count"] == 0
+            assert "Fact not found" in await tool_error(bob, "memory_update", fact_id=fact_id, content="gone")
+            assert "Fact not found" in await tool_error(bob, "memory_delete", fact_id=fact_id)
+            await call_tool(bob, "memory_add", content="Bob is allergic to cats")
+            found = await call_tool(alice, "memory_search", query="allergic")
             assert [fact["content"] for fact in found["results"]] == ["Alice is allergic to peanuts"]
 
     with http_server(cli, "--user-header", HEADER) as url:
@@ -248,15 +234,15 @@ def test_a_header_identity_named_default_is_not_the_fallback_user(cli: Cli) -> N
 
     async def fallback() -> str:
         async with _stdio_client(cli, "--user", DEFAULT_USER_ID) as client:
-            return str((await _call(client, "memory_add", content="Fallback note about tea"))["fact_id"])
+            return str((await call_tool(client, "memory_add", content="Fallback note about tea"))["fact_id"])
 
     async def claims_default(url: str, fact_id: str) -> None:
         async with http_client(url, "default") as client:
-            assert (await _call(client, "memory_search", query="tea"))["count"] == 0
-            assert "Fallback note" not in (await _call(client, "memory_context", query="tea"))["context"]
-            assert "Fact not found" in await _error(client, "memory_update", fact_id=fact_id, content="x")
-            assert "Fact not found" in await _error(client, "memory_delete", fact_id=fact_id)
-            await _call(client, "memory_add", content="The header user drinks coffee")
+            assert (await call_tool(client, "memory_search", query="tea"))["count"] == 0
+            assert "Fallback note" not in (await call_tool(client, "memory_context", query="tea"))["context"]
+            assert "Fact not found" in await tool_error(client, "memory_update", fact_id=fact_id, content="x")
+            assert "Fact not found" in await tool_error(client, "memory_delete", fact_id=fact_id)
+            await call_tool(client, "memory_add", content="The header user drinks coffee")
 
     fact_id = asyncio.run(fallback())
     with http_server(cli, "--user-header", HEADER) as url:
@@ -268,7 +254,7 @@ def test_a_header_identity_named_default_is_not_the_fallback_user(cli: Cli) -> N
 def test_http_with_a_fixed_user_and_usage_errors(cli: Cli) -> None:
     async def session(url: str) -> None:
         async with http_client(url, "ignored") as client:
-            await _call(client, "memory_add", content="Carol plays the cello")
+            await call_tool(client, "memory_add", content="Carol plays the cello")
 
     with http_server(cli, "--user", "carol") as url:
         asyncio.run(session(url))
@@ -295,24 +281,28 @@ def test_an_outage_is_a_generic_tool_error_and_a_logged_cause(pg_url: str, tmp_p
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_")}
     env["MEMSTORE_DATABASE_URL"] = pg_url
     assert (
-        subprocess.run([_memstore(), "db", "upgrade"], env=env, capture_output=True, check=False).returncode
+        subprocess.run(
+            [memstore_command(), "db", "upgrade"], env=env, capture_output=True, check=False
+        ).returncode
         == 0
     )
     admin = create_engine(make_url(pg_url).set(database="postgres"), isolation_level="AUTOCOMMIT")
     server_log = tmp_path / "server.log"
 
     async def session() -> str:
-        parameters = StdioServerParameters(command=_memstore(), args=["mcp", "--user", "erin"], env=env)
+        parameters = StdioServerParameters(
+            command=memstore_command(), args=["mcp", "--user", "erin"], env=env
+        )
         with server_log.open("w") as errlog:
             async with Client(stdio_client(parameters, errlog=errlog)) as client:
-                await _call(client, "memory_add", content="Erin keeps bees")
+                await call_tool(client, "memory_add", content="Erin keeps bees")
                 with admin.connect() as conn:
                     conn.execute(text(f'ALTER DATABASE "{database}" WITH ALLOW_CONNECTIONS false'))
                     conn.execute(
                         text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name"),
                         {"name": database},
                     )
-                return await _error(client, "memory_search", query="bees")
+                return await tool_error(client, "memory_search", query="bees")
 
     try:
         refused = asyncio.run(session())
@@ -338,7 +328,7 @@ def test_stdout_of_a_stdio_server_carries_only_the_protocol(cli: Cli) -> None:
     )
     # stdin stays open until the answers are in: at end of input the server stops, as it should.
     process = subprocess.Popen(
-        [_memstore(), "mcp", "--user", "dana", "-v"],
+        [memstore_command(), "mcp", "--user", "dana", "-v"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -13,9 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import socket
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +22,6 @@ import pytest
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.testclient import TestClient
 from mcp import Client, StdioServerParameters
-from mcp.types import CallToolResult
 from pydantic import SecretStr
 
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED, EXIT_USAGE
@@ -38,6 +35,7 @@ from memstore.scope import make_safe_user_id
 from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sessions.loader import reset_session_stores
 from tests.integration.conftest import Cli
+from tests.support.mcp_client import call_tool, memstore_command, tool_error
 
 IDENTITIES = {"alice": ("alice", None), "bob": ("bob", None), "alice-acme": ("alice", "acme")}
 ALICE = {"Authorization": "Bearer alice"}
@@ -332,28 +330,9 @@ def test_http_a_session_store_outage_is_a_503_with_the_cause_logged(
 SESSION_TOOLS = ["session_append", "session_clear", "session_context", "session_list"]
 
 
-def _memstore() -> str:
-    executable = shutil.which("memstore", path=str(Path(sys.executable).parent))
-    assert executable is not None
-    return executable
-
-
 def _stdio_client(cli: Cli, *args: str) -> Client:
     env = cli.env | {"MEMSTORE_SESSION_MAX_TURN_CHARS": "100", "MEMSTORE_SESSION_MAX_PER_USER": "2"}
-    return Client(StdioServerParameters(command=_memstore(), args=["mcp", *args], env=env))
-
-
-async def _call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
-    result = await client.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    assert isinstance(result.structured_content, dict)
-    return result.structured_content
-
-
-async def _error(client: Client, tool: str, **arguments: Any) -> str:
-    result: CallToolResult = await client.call_tool(tool, arguments)
-    assert result.is_error and result.structured_content is None
-    return " ".join(getattr(part, "text", "") for part in result.content)
+    return Client(StdioServerParameters(command=memstore_command(), args=["mcp", *args], env=env))
 
 
 def test_mcp_session_tools_under_the_servers_identity(cli: Cli) -> None:
@@ -366,46 +345,48 @@ def test_mcp_session_tools_under_the_servers_identity(cli: Cli) -> None:
             assert set(SESSION_TOOLS) <= set(listed)
             assert all("user_id" not in str(listed[name]) for name in SESSION_TOOLS)
 
-            appended = await _call(client, "session_append", session_id="chat-1", turns=turns[:2])
+            appended = await call_tool(client, "session_append", session_id="chat-1", turns=turns[:2])
             assert appended["appended"] == [1, 2] and appended["session"]["userId"] == "alice"
-            again = await _call(client, "session_append", session_id="chat-1", turns=turns[2:])
+            again = await call_tool(client, "session_append", session_id="chat-1", turns=turns[2:])
             assert again["appended"] == [3] and again["session"]["turnCount"] == 3
 
-            context = await _call(client, "session_context", session_id="chat-1")
+            context = await call_tool(client, "session_context", session_id="chat-1")
             assert (context["messages"], context["summary"], context["omitted"]) == (turns, None, 0)
 
             oversized = [{"role": "user", "content": MARKER * 10}]
-            too_long = await _error(client, "session_append", session_id="chat-1", turns=oversized)
+            too_long = await tool_error(client, "session_append", session_id="chat-1", turns=oversized)
             assert too_long.endswith("a turn's content is 160 characters, over 100") and "ZQX" not in too_long
-            assert "Invalid session_id" in await _error(client, "session_context", session_id="bad id")
-            assert "max_tokens" in await _error(client, "session_context", session_id="chat-1", max_tokens=0)
+            assert "Invalid session_id" in await tool_error(client, "session_context", session_id="bad id")
+            assert "max_tokens" in await tool_error(
+                client, "session_context", session_id="chat-1", max_tokens=0
+            )
 
     async def coder() -> None:
         async with _stdio_client(cli, "--user", "alice", "--agent", "coder") as client:
-            await _call(client, "session_append", session_id="pairing", turns=turns[:1])
+            await call_tool(client, "session_append", session_id="pairing", turns=turns[:1])
             # The agent's sessions are not the user's own: its chat-1 is another session.
-            assert (await _call(client, "session_context", session_id="chat-1"))["messages"] == []
+            assert (await call_tool(client, "session_context", session_id="chat-1"))["messages"] == []
 
     async def bob() -> None:
         async with _stdio_client(cli, "--user", "bob") as client:
-            assert (await _call(client, "session_context", session_id="chat-1"))["messages"] == []
-            assert (await _call(client, "session_list"))["count"] == 0
-            assert (await _call(client, "session_clear", session_id="chat-1"))["cleared"] is False
+            assert (await call_tool(client, "session_context", session_id="chat-1"))["messages"] == []
+            assert (await call_tool(client, "session_list"))["count"] == 0
+            assert (await call_tool(client, "session_clear", session_id="chat-1"))["cleared"] is False
             # A tool argument cannot name another user: the scope is the server's.
             smuggled = await client.call_tool("session_context", {"session_id": "chat-1", "user_id": "alice"})
             assert smuggled.structured_content is not None and smuggled.structured_content["messages"] == []
 
     async def alice_again() -> None:
         async with _stdio_client(cli, "--user", "alice") as client:
-            listed = await _call(client, "session_list")
+            listed = await call_tool(client, "session_list")
             assert [(item["sessionId"], item["agentName"]) for item in listed["sessions"]] == [
                 ("pairing", "coder"),
                 ("chat-1", None),
             ]
-            capped = await _error(client, "session_append", session_id="chat-2", turns=turns[:1])
+            capped = await tool_error(client, "session_append", session_id="chat-2", turns=turns[:1])
             assert "session_max_per_user" in capped
-            assert (await _call(client, "session_clear", session_id="chat-1"))["cleared"] is True
-            assert (await _call(client, "session_context", session_id="chat-1"))["messages"] == []
+            assert (await call_tool(client, "session_clear", session_id="chat-1"))["cleared"] is True
+            assert (await call_tool(client, "session_context", session_id="chat-1"))["messages"] == []
 
     asyncio.run(alice())
     shown = cli.json("sessions", "show", "chat-1", "--user", "alice")  # the CLI reads what MCP stored

@@ -14,15 +14,19 @@ from sqlalchemy.engine import make_url
 PG_URL_ENV = "MEMSTORE_TEST_PG_URL"
 
 
-def server_url_or_skip() -> str:
-    """The configured server URL; a visible skip locally, a hard failure in CI."""
-    url = os.environ.get(PG_URL_ENV)
+def configured_url_or_skip(variable: str, server: str) -> str:
+    """The server URL in ``variable``; a visible skip locally, a hard failure in CI."""
+    url = os.environ.get(variable)
     if url:
         return url
-    message = f"{PG_URL_ENV} is not set: PostgreSQL tests need a server (make test starts one)"
+    message = f"{variable} is not set: {server} tests need a server (make test starts one)"
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(message + "; CI must not skip them", pytrace=False)
     pytest.skip(message)
+
+
+def server_url_or_skip() -> str:
+    return configured_url_or_skip(PG_URL_ENV, "PostgreSQL")
 
 
 @contextmanager

@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import pytest
 import redis
 
 from memstore.storage.sessions.redis_store import RedisSessionStore
+from tests.support.postgres import configured_url_or_skip
 
 REDIS_URL_ENV = "MEMSTORE_TEST_REDIS_URL"
 
 
 def redis_url_or_skip() -> str:
-    """The configured server URL; a visible skip locally, a hard failure in CI."""
-    url = os.environ.get(REDIS_URL_ENV)
-    if url:
-        return url
-    message = f"{REDIS_URL_ENV} is not set: Redis tests need a server (make test starts one)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + "; CI must not skip them", pytrace=False)
-    pytest.skip(message)
+    return configured_url_or_skip(REDIS_URL_ENV, "Redis")
 
 
 def new_key_prefix() -> str:
