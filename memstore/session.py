@@ -22,6 +22,10 @@ from memstore.record import nests_deeper
 from memstore.scope import DEFAULT_TENANT_ID, normalize_agent_name, validate_tenant_id, validate_user_id
 
 SESSION_ROLES = ("user", "assistant", "system", "tool")
+"""The roles a stored turn has; ``system`` only for memstore's own summary."""
+APPENDED_ROLES = ("user", "assistant", "tool")
+"""The roles a caller may append: a ``system`` turn would come back to the prompt with system
+authority, so a session holds none but the summary memstore writes (and escapes)."""
 ROLE_ALIASES = {"human": "user", "ai": "assistant"}
 """LangChain's message types, accepted as the roles they are."""
 SESSION_ID_PATTERN = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
@@ -120,8 +124,8 @@ def checked_turn(raw: object, *, max_chars: int) -> SessionTurn:
         raise InvalidTurnError(f"a turn takes role, content, name and tool_calls, not {sorted(unknown)[:5]}")
     role = raw.get("role")
     role = ROLE_ALIASES.get(role, role) if isinstance(role, str) else role
-    if role not in SESSION_ROLES:
-        raise InvalidTurnError(f"a turn's role must be one of {', '.join(SESSION_ROLES)}")
+    if role not in APPENDED_ROLES:
+        raise InvalidTurnError(f"a turn's role must be one of {', '.join(APPENDED_ROLES)}")
     content = raw.get("content")
     if not isinstance(content, str):
         raise InvalidTurnError("a turn's content must be a string")

@@ -10,8 +10,10 @@ from memstore.cli.confirm import confirm_deletion, echo_listing, yes_option
 from memstore.cli.exit_codes import EXIT_NOTHING_MATCHED
 from memstore.cli.output import echo_counts, echo_json, user_id_option
 from memstore.cli.params import TENANT_OPTION
+from memstore.config import get_memory_config
 from memstore.queries import erase_user, list_scopes, vacuum_counts
 from memstore.queries import vacuum as vacuum_store
+from memstore.storage.sessions.loader import session_backend
 
 MAX_DAYS = 36_500
 """A century: older than that is everything, and far larger values overflow the date arithmetic."""
@@ -32,9 +34,15 @@ def erase(user_id: str, tenant_id: str | None, yes: bool, as_json: bool) -> None
     user (usually a mistyped id); the erasure is recorded all the same, for updates still queued.
     """
     confirm_deletion("erase", f"Erase all memory of user {user_id!r}? This cannot be undone", yes=yes)
-    stored = bool(list_scopes(user_id, tenant_id=tenant_id))
+    scopes = bool(list_scopes(user_id, tenant_id=tenant_id))
     counts = erase_user(user_id, tenant_id=tenant_id)
-    if not stored:
+    if session_backend(get_memory_config()) == "memory":
+        click.echo(
+            "note: session_backend is 'memory': the user's sessions live in each gateway process and "
+            "were not erased from here (call memstore.queries.erase_user in those processes)",
+            err=True,
+        )
+    if not (scopes or counts.get("memory_sessions") or counts.get("sessions")):
         # A typo in a person's erasure request must not pass as done. The erasure is still
         # recorded: the user's first conversations may be queued and must not land after it.
         click.echo(

@@ -127,6 +127,9 @@ def _expire(config: MemoryConfig) -> None:
         else:
             report = run_lifecycle(dry_run=False)
             sessions, removed = report.sessions_expired, report.removed
+    except ConfigError as exc:  # e.g. row-level security without operator_database_url
+        logger.warning("memstore worker: the scheduled lifecycle run cannot run: %s", exc)
+        return
     except Exception:
         logger.exception("memstore worker: the scheduled lifecycle run failed; retrying next interval")
         return

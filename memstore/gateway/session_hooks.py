@@ -20,6 +20,7 @@ from memstore.config import MemoryConfig
 from memstore.errors import SessionLimitError, StorageUnavailableError
 from memstore.inject.session_context import SessionContext
 from memstore.ops import sessions
+from memstore.session import SessionTurn
 
 T = TypeVar("T")
 EMPTY_CONTEXT = SessionContext([], None, [], 0, 0)
@@ -78,5 +79,20 @@ def record_exchange(
     long answer is bounded here rather than refused whole)."""
     limit = config.session_max_turn_chars
     exchange = [{**turn, "content": turn["content"][:limit]} for turn in latest_exchange(messages)]
-    if exchange:
-        sessions.append_turns(user_id, session_id, exchange, agent_name=agent_name, tenant_id=tenant_id)
+    if not exchange:
+        return
+    _, stored = sessions.read_session(user_id, session_id, agent_name=agent_name, tenant_id=tenant_id)
+    new = exchange[recorded_prefix(stored, exchange) :]
+    if new:
+        sessions.append_turns(user_id, session_id, new, agent_name=agent_name, tenant_id=tenant_id)
+
+
+def recorded_prefix(stored: Sequence[SessionTurn], exchange: Sequence[dict[str, str]]) -> int:
+    """How many of ``exchange``'s first turns the session already ends with: a run that added no
+    user message (a reminder, a retry) hands ``after_agent`` an exchange recorded before."""
+    tail = [(turn.role, turn.content) for turn in stored if not turn.summary]
+    wanted = [(turn["role"], turn["content"]) for turn in exchange]
+    for size in range(min(len(tail), len(wanted)), 0, -1):
+        if tail[-size:] == wanted[:size]:
+            return size
+    return 0

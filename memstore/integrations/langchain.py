@@ -89,8 +89,15 @@ def _with_memory(messages: list[AnyMessage], block: str) -> list[AnyMessage]:
 
 def _with_session(messages: list[AnyMessage], context: SessionContext) -> list[AnyMessage]:
     """The session's summary and recent turns in place of the history before the latest user
-    message: the session holds those turns, compressed, so the prompt stays bounded."""
+    message: the session holds those turns, compressed, so the prompt stays bounded. A session
+    that does not end with the thread's last earlier message (a recording that failed or was
+    refused) is behind the thread: the thread's own history is sent instead."""
     last_human = max((i for i, message in enumerate(messages) if message.type == "human"), default=0)
+    earlier_turns = [message for message in messages[:last_human] if message.type in _SESSION_ROLES]
+    if context.turns and earlier_turns:
+        newest, recorded = earlier_turns[-1], context.turns[-1]
+        if (_SESSION_ROLES[newest.type], newest.text.strip()) != (recorded.role, recorded.content):
+            return messages
     classes = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}
     earlier: list[AnyMessage] = [
         classes[message["role"]](content=message["content"])
@@ -98,6 +105,9 @@ def _with_session(messages: list[AnyMessage], context: SessionContext) -> list[A
         if message["role"] in classes
     ]
     return [*earlier, *messages[last_human:]]
+
+
+_SESSION_ROLES = {"human": "user", "ai": "assistant"}
 
 
 class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):

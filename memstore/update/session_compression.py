@@ -14,15 +14,19 @@ replaced without having been learned from.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig
+from memstore.errors import LLMError, LLMUnavailableError, MemoryUpdateParseError
 from memstore.inject.tokens import count_tokens
 from memstore.session import SessionKey, SessionTurn, compression_due
 from memstore.storage.sessions.contract import SessionStore
-from memstore.update.session_summary import SessionSummariser
+from memstore.update.session_summary import ExtractiveSessionSummariser, SessionSummariser
+
+logger = logging.getLogger(__name__)
 
 
 def summary_conversation(context: ConversationContext, messages: list[dict[str, str]]) -> ConversationContext:
@@ -51,6 +55,22 @@ class SessionCompressor:
         self._learn = learn
         self._config = config
 
+    def _summarise(self, previous: str | None, raw: list[SessionTurn]) -> tuple[SessionSummariser, str]:
+        """The summariser's summary; after a failure that retrying will not fix (a refused or
+        unreadable reply), the extractive one, logged, so a session the model will not summarise
+        is still compressed instead of refusing appends until it expires. An endpoint that is
+        down (``LLMUnavailableError``) is retried by the queue instead."""
+        try:
+            return self._summariser, self._summariser.summarise(previous, raw)
+        except LLMUnavailableError:
+            raise
+        except (LLMError, MemoryUpdateParseError) as exc:
+            if isinstance(self._summariser, ExtractiveSessionSummariser):
+                raise
+            logger.warning("session summary by the LLM failed; using the extractive summary: %s", exc)
+            fallback = ExtractiveSessionSummariser(self._config)
+            return fallback, fallback.summarise(previous, raw)
+
     def run(self, context: ConversationContext) -> bool:
         """``True`` when the session was compressed, ``False`` when it was not due (any more)."""
         config = self._config
@@ -61,10 +81,12 @@ class SessionCompressor:
         ):
             return False
         raw = [turn for turn in turns if not turn.summary]
+        if not raw:  # a token threshold met by the summary alone: nothing to replace
+            return False
         previous = next((turn.content for turn in turns if turn.summary), None)
-        text = self._summariser.summarise(previous, raw)
+        summariser, text = self._summarise(previous, raw)
         if config.session_extract_long_term:
-            self._learn(summary_conversation(context, self._summariser.as_conversation(text)))
+            self._learn(summary_conversation(context, summariser.as_conversation(text)))
         tokens = count_tokens(text, use_tiktoken=config.token_counting == "tiktoken")
         return self._store.compress(
             key,

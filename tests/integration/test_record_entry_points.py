@@ -20,7 +20,8 @@ from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
 from tests.integration.conftest import Cli
 from tests.integration.test_fastapi_router import ALICE, build_client
-from tests.integration.test_mcp_server import _call, _error, _stdio_client
+from tests.integration.test_mcp_server import _stdio_client
+from tests.support.mcp_client import call_tool, tool_error
 
 REQUEST: dict[str, Any] = {
     "memory_type": "procedural",
@@ -165,18 +166,18 @@ def test_mcp_tools_take_and_return_the_record_fields(cli: Cli) -> None:
             listed = {tool.name: tool.input_schema for tool in (await client.list_tools()).tools}
             schema = json.dumps(listed["memory_add"])
             assert '"procedural"' in schema and '"corrected_memory"' in schema
-            added = await _call(
+            added = await call_tool(
                 client, "memory_add", content="Alice edits in vim", category="preference", **REQUEST
             )
-            [found] = (await _call(client, "memory_search", query="vim"))["results"]
+            [found] = (await call_tool(client, "memory_search", query="vim"))["results"]
             assert found["id"] == added["fact_id"] and _record_keys(found) == DOCUMENT_KEYS
-            await _call(client, "memory_update", fact_id=added["fact_id"], memory_type="episodic", raw="")
-            [found] = (await _call(client, "memory_search", query="vim"))["results"]
+            await call_tool(client, "memory_update", fact_id=added["fact_id"], memory_type="episodic", raw="")
+            [found] = (await call_tool(client, "memory_search", query="vim"))["results"]
             assert found["type"] == "episodic" and "raw" not in found
-            assert "importance" in await _error(client, "memory_add", content="x", importance=2)
-            assert "importance" in await _error(client, "memory_add", content="x", importance="0.5")
-            assert "memory_type" in await _error(client, "memory_add", content="x", memory_type="habit")
-            refused = await _error(client, "memory_add", content="x", tags=["a,b"])
+            assert "importance" in await tool_error(client, "memory_add", content="x", importance=2)
+            assert "importance" in await tool_error(client, "memory_add", content="x", importance="0.5")
+            assert "memory_type" in await tool_error(client, "memory_add", content="x", memory_type="habit")
+            refused = await tool_error(client, "memory_add", content="x", tags=["a,b"])
             assert refused.endswith("tags: each tag must be 1 to 64 printable characters without a comma")
 
     asyncio.run(session())

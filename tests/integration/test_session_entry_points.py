@@ -204,7 +204,7 @@ def test_http_an_invalid_turn_is_a_422_naming_the_rule_without_echoing_it(make_c
         ),
         (
             [{"role": "robot", "content": MARKER}],
-            "turn 0: a turn's role must be one of user, assistant, system, tool",
+            "turn 0: a turn's role must be one of user, assistant, tool",
         ),
     ):
         response = client.post("/api/memory/sessions/s1/turns", json={"turns": turns}, headers=ALICE)

@@ -148,3 +148,34 @@ def test_the_lifecycle_run_deletes_expired_sessions(session_config: MemoryConfig
             "SELECT (SELECT count(*) FROM memory_sessions), (SELECT count(*) FROM memory_session_turns)"
         ).one()
     assert tuple(rows) == (0, 0)
+
+
+def test_a_run_without_a_new_user_message_records_only_what_is_new(session_config: MemoryConfig) -> None:
+    set_memory_config(session_config.model_copy(update={"session_max_turns": 20}))
+    middleware = MemoryMiddleware(session_memory=True)
+    history = _history("first")
+    middleware.after_agent(history, thread_id="t1", user_id="alice")
+    middleware.after_agent(history, thread_id="t1", user_id="alice")  # the same run, handed twice
+    reminder = [*history, {"role": "assistant", "content": "A reminder."}]
+    middleware.after_agent(reminder, thread_id="t1", user_id="alice")
+    _, turns = sessions.read_session("alice", "t1")
+    assert [(turn.role, turn.content) for turn in turns] == [
+        ("user", "first"),
+        ("assistant", "re: first"),
+        ("assistant", "A reminder."),
+    ]
+
+
+def test_the_process_store_lets_go_of_expired_sessions(tmp_path: Path) -> None:
+    from memstore.session import SessionKey, SessionLimits, SessionTurn
+    from memstore.storage.sessions.memory import InMemorySessionStore
+
+    store = InMemorySessionStore()
+    limits = SessionLimits(max_stored_turns=10, max_sessions_per_user=100, ttl_seconds=60)
+    start = datetime(2026, 11, 27, tzinfo=UTC)
+    for number in range(5):
+        store.append(SessionKey("u", f"s{number}"), [SessionTurn("user", "x")], now=start, limits=limits)
+    later = start + timedelta(hours=2)
+    store.append(SessionKey("u", "late"), [SessionTurn("user", "x")], now=later, limits=limits)
+    # The append swept the five expired sessions: nothing is left for expire() to find.
+    assert store.expire(later) == 0

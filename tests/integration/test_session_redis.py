@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import redis
@@ -137,3 +142,59 @@ def test_masked_url_hides_every_form_of_password() -> None:
     assert masked_url("rediss://:pw@host/1") == "rediss://:***@host/1"
     assert masked_url("unix:///run/redis.sock?db=0&password=pw") == "unix:///run/redis.sock?db=0&password=***"
     assert masked_url("redis://host:6379/0") == "redis://host:6379/0"
+
+
+def test_erase_finds_sessions_whose_index_was_evicted(store: RedisSessionStore, client: redis.Redis) -> None:
+    for session_id in ("s1", "s2"):
+        _append(store, SessionKey("alice", session_id, None, "acme"), "x")
+    client.delete(f"{store.user_base('acme', 'alice')}index")  # what an eviction policy may do
+    assert store.erase_user("acme", "alice") == 2
+    assert store.read(SessionKey("alice", "s1", None, "acme"), now=T0) == (None, [])
+    assert not [name for name in client.scan_iter(match=f"{store.key_prefix}:*")]
+
+
+@pytest.fixture
+def small_redis(tmp_path: Path) -> Iterator[str]:
+    """A throwaway redis-server with 2 MiB of ``maxmemory`` and no eviction."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        message = "redis-server is not installed (scripts/with-redis.sh installs it)"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    arguments = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    arguments += ["--maxmemory", "2mb", "--maxmemory-policy", "noeviction", "--dir", str(tmp_path)]
+    server = subprocess.Popen([binary, *arguments], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_a_full_redis_refuses_appends_whole_as_unavailable(small_redis: str) -> None:
+    store = RedisSessionStore(small_redis)
+    client = redis.Redis.from_url(small_redis)
+    try:
+        limits = SessionLimits(max_stored_turns=10_000, max_sessions_per_user=10_000, ttl_seconds=600)
+        turn = [SessionTurn("user", "x" * 20_000, tokens=1)]
+        with pytest.raises(SessionStoreUnavailableError, match=r"OOM|memory"):
+            for number in range(1000):  # 20 MB: ten times what the server may hold
+                store.append(SessionKey("alice", f"s{number}", None), turn, now=T0, limits=limits)
+        used, cap = (client.info("memory")[name] for name in ("used_memory", "maxmemory"))
+        assert used < 2 * cap  # refused before writing, not after
+    finally:
+        store.close()
+        client.close()

@@ -19,12 +19,18 @@ class _Session:
     next_seq: int = 0
 
 
+SWEEP_INTERVAL = timedelta(minutes=1)
+"""How often an append also drops every expired session: nothing else runs ``expire`` in a
+gateway's own process, so this is what keeps a long-running one from growing."""
+
+
 class InMemorySessionStore(SessionStore):
     """One lock guards every session, so each call is atomic like the other backends' writes."""
 
     def __init__(self) -> None:
         self._sessions: dict[SessionKey, _Session] = {}
         self._lock = threading.Lock()
+        self._swept_at: datetime | None = None
 
     def _live(self, key: SessionKey, now: datetime) -> _Session | None:
         session = self._sessions.get(key)
@@ -38,6 +44,8 @@ class InMemorySessionStore(SessionStore):
     ) -> AppendResult:
         expires_at = now + timedelta(seconds=limits.ttl_seconds)
         with self._lock:
+            if self._swept_at is None or now - self._swept_at >= SWEEP_INTERVAL:
+                self._expire_locked(now)
             session = self._live(key, now)
             if session is None:
                 mine = sum(
@@ -120,9 +128,13 @@ class InMemorySessionStore(SessionStore):
 
     def expire(self, now: datetime) -> int:
         with self._lock:
-            doomed = [key for key, session in self._sessions.items() if session.info.expires_at <= now]
-            for key in doomed:
-                del self._sessions[key]
+            return self._expire_locked(now)
+
+    def _expire_locked(self, now: datetime) -> int:
+        self._swept_at = now
+        doomed = [key for key, session in self._sessions.items() if session.info.expires_at <= now]
+        for key in doomed:
+            del self._sessions[key]
         return len(doomed)
 
     def close(self) -> None:

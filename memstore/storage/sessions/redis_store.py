@@ -51,11 +51,13 @@ _UNAVAILABLE = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.BusyLoadingError,
+    # Past maxmemory (noeviction): the writes carry a shebang, so Redis refuses them whole.
+    redis.exceptions.OutOfMemoryError,
 )
 
 # KEYS: meta, turns, index. ARGV: now, expires_at, ttl_ms, max_stored_turns, max_sessions, new epoch,
 # index member, user base, tokens of the turns, agent, session_id, then one JSON turn (no seq) each.
-_APPEND = """
+_APPEND = """#!lua
 local meta, turns, index = KEYS[1], KEYS[2], KEYS[3]
 local now, ttl, n = tonumber(ARGV[1]), tonumber(ARGV[3]), #ARGV - 11
 for _, member in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', ARGV[1])) do
@@ -96,7 +98,7 @@ return {first, redis.call('HGETALL', meta)}
 """
 
 # KEYS: meta, turns. ARGV: now, epoch, upto_seq, the summary as JSON (no seq).
-_COMPRESS = """
+_COMPRESS = """#!lua
 local meta, turns = KEYS[1], KEYS[2]
 local f = redis.call('HMGET', meta, 'expires_at', 'epoch', 'summary_seq')
 if not f[1] or tonumber(f[1]) <= tonumber(ARGV[1]) or f[2] ~= ARGV[2] then return 0 end
@@ -136,6 +138,22 @@ end
 redis.call('DEL', KEYS[1])
 return erased
 """
+
+
+def _glob_literal(text: str) -> str:
+    """``text`` as a SCAN pattern that matches only itself (``*?[]\\`` escaped)."""
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
+
+
+def _batches(names: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for name in names:
+        batch.append(name)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def masked_url(url: str) -> str:
@@ -378,10 +396,16 @@ class RedisSessionStore(SessionStore):
         return infos[offset : offset + limit]
 
     def erase_user(self, tenant_id: str, user_id: str) -> int:
+        """Every session in the user's index, then any key left under the user's base that the
+        index no longer names (an eviction policy may have dropped the index alone)."""
         base = self.user_base(tenant_id, user_id)
         with self._answering():
-            erased = self._erase(keys=[f"{base}index"], args=[base])
-        return int(erased)
+            erased = int(self._erase(keys=[f"{base}index"], args=[base]))
+            pattern = _glob_literal(base) + "*"
+            for batch in _batches(self._redis.scan_iter(match=pattern, count=500), 500):
+                erased += sum(1 for name in batch if str(name).endswith(":meta"))
+                self._redis.delete(*batch)
+        return erased
 
     def expire(self, now: datetime) -> int:
         """Nothing to do: every key carries a Redis TTL, and appends prune the index of the

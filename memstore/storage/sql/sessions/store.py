@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, func, insert, select, tuple_, update
+from sqlalchemy import Connection, Row, and_, delete, func, insert, select, update
 from sqlalchemy.exc import DBAPIError
 
 from memstore.config import get_memory_config
@@ -25,6 +25,7 @@ from memstore.errors import SessionStoreUnavailableError
 from memstore.scope import Identity
 from memstore.session import AppendResult, SessionInfo, SessionKey, SessionLimits, SessionTurn
 from memstore.storage.sessions.contract import SessionStore, too_many_sessions, too_many_turns
+from memstore.storage.sql.documents.statements import WRITE_TIMEOUTS
 from memstore.storage.sql.engine import (
     SQLITE_BUSY_TIMEOUT_OPTION,
     SQLITE_WRITE_OPTION,
@@ -33,7 +34,8 @@ from memstore.storage.sql.engine import (
     is_outage,
     mask_url,
 )
-from memstore.storage.sql.identity import reading, set_identity
+from memstore.storage.sql.identity import TIMEOUTS_AND_IDENTITY, identity_parameters, policies_apply, reading
+from memstore.storage.sql.maintenance.erase import lock_user
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.queue.table import insert_for
 from memstore.storage.sql.schema.migrate import prepare_once
@@ -70,6 +72,11 @@ class DatabaseSessionStore(SessionStore):
         )
         lock_ms = round(config.write_lock_timeout_seconds * 1000)
         self._write_options = {SQLITE_WRITE_OPTION: True, SQLITE_BUSY_TIMEOUT_OPTION: lock_ms}
+        # A stuck lock on one session costs its own write an error, not a replica's threads a wait.
+        self._pg_timeouts = {
+            "lock_timeout": f"{lock_ms}ms",
+            "statement_timeout": f"{round(config.write_statement_timeout_seconds * 1000)}ms",
+        }
         try:
             prepare_once(self._engine, auto_migrate=config.auto_migrate)
         except DBAPIError as exc:
@@ -97,7 +104,13 @@ class DatabaseSessionStore(SessionStore):
         with self._guard(doing), self._engine.connect() as conn:
             conn.execution_options(**self._write_options)
             with conn.begin():
-                set_identity(conn, Identity.of(key.user_id, tenant_id=key.tenant_id))
+                identity = Identity.of(key.user_id, tenant_id=key.tenant_id)
+                if conn.dialect.name == "postgresql" and policies_apply(self._engine, conn):
+                    conn.execute(
+                        TIMEOUTS_AND_IDENTITY, {**self._pg_timeouts, **identity_parameters(identity)}
+                    )
+                elif conn.dialect.name == "postgresql":
+                    conn.execute(WRITE_TIMEOUTS, self._pg_timeouts)
                 yield conn
 
     @contextmanager
@@ -160,6 +173,8 @@ class DatabaseSessionStore(SessionStore):
 
     def _create(self, conn: Connection, key: SessionKey, *, now: datetime, limits: SessionLimits) -> Row[Any]:
         values = key_values(key)
+        # PostgreSQL: the user's creations (and an erase) take turns, so the cap holds exactly.
+        lock_user(conn, values["user_id"], key.tenant_id)
         live = conn.execute(
             select(func.count())
             .select_from(_sessions)
@@ -192,14 +207,20 @@ class DatabaseSessionStore(SessionStore):
         return row
 
     def read(self, key: SessionKey, *, now: datetime) -> tuple[SessionInfo | None, list[SessionTurn]]:
+        # One statement, so the bookkeeping and the turns come from one snapshot.
+        joined = _sessions.outerjoin(
+            _turns, and_(*(_turns.c[name] == _sessions.c[name] for name in _KEY_COLUMNS))
+        )
         with self._read(key.tenant_id, key.user_id) as conn:
-            row = conn.execute(
-                select(_sessions).where(_is(_sessions, key), _sessions.c.expires_at > now)
-            ).first()
-            if row is None:
-                return None, []
-            turns = conn.execute(select(_turns).where(_is(_turns, key)).order_by(_turns.c.seq)).all()
-        return _info(key, row), [_turn(turn) for turn in turns]
+            rows = conn.execute(
+                select(*_SESSION_COLUMNS, *_TURN_COLUMNS)
+                .select_from(joined)
+                .where(_is(_sessions, key), _sessions.c.expires_at > now)
+                .order_by(_turns.c.seq)
+            ).all()
+        if not rows:
+            return None, []
+        return _info(key, rows[0]), [_turn(row) for row in rows if row.seq is not None]
 
     def compress(
         self, key: SessionKey, *, epoch: str, upto_seq: int, summary: SessionTurn, now: datetime
@@ -268,15 +289,15 @@ class DatabaseSessionStore(SessionStore):
             return erase_sessions(conn, tenant_id, user_id)
 
     def expire(self, now: datetime) -> int:
-        """Across every tenant, so on the operator connection (``operator_database_url``)."""
+        """Across every tenant, so on the operator connection (``operator_database_url``).
+
+        One statement whose foreign key takes the turns with their session: a session an append
+        has just renewed is re-checked after its lock and kept, turns and all.
+        """
         engine = operator_engine(self._engine, "expire sessions")
         with self._guard("expire"), engine.connect() as conn:
             conn.execution_options(**self._write_options)
             with conn.begin():
-                expired = select(*(_sessions.c[name] for name in _KEY_COLUMNS)).where(
-                    _sessions.c.expires_at <= now
-                )
-                conn.execute(delete(_turns).where(tuple_(*(_turns.c[n] for n in _KEY_COLUMNS)).in_(expired)))
                 return int(conn.execute(delete(_sessions).where(_sessions.c.expires_at <= now)).rowcount)
 
 
@@ -289,6 +310,24 @@ def erase_sessions(conn: Connection, tenant_id: str, user_id: str) -> int:
             delete(_sessions).where(_sessions.c.tenant_id == tenant_id, _sessions.c.user_id == user_id)
         ).rowcount
     )
+
+
+_SESSION_COLUMNS = [
+    _sessions.c[name]
+    for name in (
+        "turn_count",
+        "token_count",
+        "compressions",
+        "created_at",
+        "updated_at",
+        "expires_at",
+        "epoch",
+        "summary_seq",
+    )
+]
+_TURN_COLUMNS = [
+    _turns.c[name] for name in ("role", "content", "name", "tool_calls", "seq", "tokens", "is_summary")
+] + [_turns.c.created_at.label("turn_created_at")]
 
 
 def _turn_row(key: SessionKey, turn: SessionTurn) -> dict[str, Any]:
@@ -312,7 +351,7 @@ def _turn(row: Row[Any]) -> SessionTurn:
         row.name,
         row.tool_calls,
         int(row.seq),
-        as_utc(row.created_at),
+        as_utc(row.turn_created_at),
         int(row.tokens),
         bool(row.is_summary),
     )
