@@ -253,3 +253,53 @@ class SessionLimitError(MemstoreError):
 
 class SessionStoreUnavailableError(StorageUnavailableError):
     """The session store (the database or Redis) did not answer; nothing was written."""
+
+
+# -- the agent's own documents ---------------------------------------------------------------
+
+
+class AgentDocPathError(MemstoreError, ValueError):
+    """A virtual path that names no document under ``/memories/``; the message names the rule."""
+
+
+class AgentDocEditError(MemstoreError, ValueError):
+    """A write or edit that cannot apply (``old_string`` not found or not unique, content that
+    cannot be stored or is over its cap); nothing was stored."""
+
+
+class AgentDocNotFoundError(MemstoreError, KeyError):
+    """No live document at this path in the scope."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+    def __str__(self) -> str:
+        return f"no document at {self.path}"
+
+
+class AgentDocConflictError(MemstoreError):
+    """The document is not at the version the write expected: another writer (a replica, an
+    operator) changed, created or deleted it first. Nothing was stored; read it again."""
+
+    def __init__(self, path: str, *, expected: int, current: int) -> None:
+        super().__init__(path)
+        self.path = path
+        self.expected = expected
+        self.current = current
+
+    def __str__(self) -> str:
+        if self.expected == 0:
+            return (
+                f"{self.path} already exists (version {self.current}): read it and pass its version "
+                "to overwrite it, or use edit_file"
+            )
+        now = "no longer exists" if self.current == 0 else f"is at version {self.current}"
+        return (
+            f"{self.path} was changed by another writer: you read version {self.expected} and it {now}; "
+            "read it again and redo the change"
+        )
+
+
+class AgentDocLimitError(MemstoreError):
+    """A write refused because the scope would hold more documents or characters than allowed."""

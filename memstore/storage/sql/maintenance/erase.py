@@ -27,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
+from memstore.storage.sql.agent_docs.store import erase_user_documents
 from memstore.storage.sql.documents.statements import user_is
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
 from memstore.storage.sql.maintenance.operator import operator_engine
@@ -128,6 +129,8 @@ def erase_user(
                     ),
                 }
                 _delete_where(conn, _claims, _of_user(_claims, tenant_id, user_id))
+                # The user's own agent documents; its name leaves the agents' own ones' history.
+                counts.update(erase_user_documents(conn, tenant_id, user_id))
                 _record_erasure(conn, tenant_id, user_id, now)
                 if sqlite and counts["memory_facts"]:
                     # FTS5 keeps deleted tokens in old segments until they are merged.

@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from memstore.storage.sql.schema.agent_doc_models import MemoryAgentDocument, MemoryAgentDocumentVersion
 from memstore.storage.sql.schema.base import (
     NAMING_CONVENTION,
     Base,
@@ -380,3 +381,5 @@ tags_table = _table(MemoryFactTag)
 relations_table = _table(MemoryFactRelation)
 sessions_table = _table(MemorySession)
 session_turns_table = _table(MemorySessionTurn)
+agent_documents_table = _table(MemoryAgentDocument)
+agent_document_versions_table = _table(MemoryAgentDocumentVersion)

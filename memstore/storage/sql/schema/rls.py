@@ -1,4 +1,4 @@
-"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 to 0010.
+"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 to 0011.
 
 Each policy reads the identity memstore sets at the start of every transaction with
 ``set_config(name, value, true)`` (``storage/sql/identity.py``): ``memstore.tenant_id``,
@@ -22,7 +22,11 @@ The rules (docs/operations.md, "Tenants and row-level security"):
 - history: the owner's scope, plus the rows of facts the identity may read;
 - embeddings: those of facts the identity may read; written by the owner;
 - erasures: the tenant's;
-- sessions and their turns: the owner only (revision 0010).
+- sessions and their turns: the owner only (revision 0010);
+- an agent's documents: everyone in the tenant reads and writes the agent's own (``user_id``
+  ``''``: the agent edits them for whichever user it serves), a user's documents their user only;
+  their versions likewise, never updated (an erase, on the operator connection, forgets a user's
+  name in them) (revision 0011).
 
 SQLite has no row-level security: memstore's own statements carry the same predicates there, and
 the leak tests run every read path on both dialects.
@@ -49,6 +53,7 @@ _FACT_READABLE = (
 _FACT_OWNED = f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}"
 _FACT_ADMINISTERED = f"tenant_id = {TENANT} AND visibility <> 'private' AND {IS_ADMIN}"
 _SCOPE_OWNED = f"tenant_id = {TENANT} AND coalesce(user_id, '') = {USER}"
+_AGENT_DOC = f"tenant_id = {TENANT} AND (user_id = '' OR user_id = {USER})"
 
 POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
     # table: (policy name, command, USING, WITH CHECK)
@@ -153,6 +158,14 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
             f"tenant_id = {TENANT} AND user_id = {USER}",
             f"tenant_id = {TENANT} AND user_id = {USER}",
         ),
+    ),
+    # An agent's documents (revision 0011): its own shared in the tenant, a user's their own.
+    "memory_agent_documents": (("memstore_agent_doc", "ALL", _AGENT_DOC, _AGENT_DOC),),
+    # Versions: read, added and pruned (no update) where their document is.
+    "memory_agent_document_versions": (
+        ("memstore_read", "SELECT", _AGENT_DOC, None),
+        ("memstore_insert", "INSERT", None, _AGENT_DOC),
+        ("memstore_prune", "DELETE", _AGENT_DOC, None),
     ),
     "memory_queue_claims": (
         (

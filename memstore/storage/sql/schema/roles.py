@@ -119,6 +119,7 @@ UPDATABLE: dict[str, tuple[str, ...]] = {
         "updated_at",
         "expires_at",
     ),
+    "memory_agent_documents": ("content", "chars", "version", "author", "actor", "updated_at", "deleted_at"),
 }
 """The columns the application updates, per table. No key column (``id``, ``tenant_id``,
 ``user_id``, ``agent_name``, ``scope_id``, ``fact_row_id``) is among them: the policies check a row's

@@ -11,36 +11,24 @@ compression recounts the raw turns after its cut, whichever commits first.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Row, and_, delete, func, insert, select, update
-from sqlalchemy.exc import DBAPIError
 
-from memstore.config import get_memory_config
 from memstore.document import as_utc
 from memstore.errors import SessionStoreUnavailableError
 from memstore.scope import Identity
 from memstore.session import AppendResult, SessionInfo, SessionKey, SessionLimits, SessionTurn
 from memstore.storage.sessions.contract import SessionStore, too_many_sessions, too_many_turns
-from memstore.storage.sql.documents.statements import WRITE_TIMEOUTS
-from memstore.storage.sql.engine import (
-    SQLITE_BUSY_TIMEOUT_OPTION,
-    SQLITE_WRITE_OPTION,
-    describe_db_error,
-    get_engine,
-    is_outage,
-    mask_url,
-)
-from memstore.storage.sql.identity import TIMEOUTS_AND_IDENTITY, identity_parameters, policies_apply, reading
 from memstore.storage.sql.maintenance.erase import lock_user
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.queue.table import insert_for
-from memstore.storage.sql.schema.migrate import prepare_once
 from memstore.storage.sql.schema.models import session_turns_table as _turns
 from memstore.storage.sql.schema.models import sessions_table as _sessions
+from memstore.storage.sql.scoped import ScopedConnections
 
 NO_ID = ""
 """``user_id`` and ``agent_name`` of a session without one, as the queue stores them."""
@@ -62,62 +50,17 @@ def _is(table: Any, key: SessionKey) -> Any:
 
 class DatabaseSessionStore(SessionStore):
     def __init__(self, database_url: str) -> None:
-        config = get_memory_config()
-        self._url = database_url
-        self._engine = get_engine(database_url)
-        self._reader = (
-            self._engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self._engine.dialect.name == "postgresql"
-            else self._engine
-        )
-        lock_ms = round(config.write_lock_timeout_seconds * 1000)
-        self._write_options = {SQLITE_WRITE_OPTION: True, SQLITE_BUSY_TIMEOUT_OPTION: lock_ms}
-        # A stuck lock on one session costs its own write an error, not a replica's threads a wait.
-        self._pg_timeouts = {
-            "lock_timeout": f"{lock_ms}ms",
-            "statement_timeout": f"{round(config.write_statement_timeout_seconds * 1000)}ms",
-        }
-        try:
-            prepare_once(self._engine, auto_migrate=config.auto_migrate)
-        except DBAPIError as exc:
-            raise self._unavailable(exc, "open") from exc
+        self._db = ScopedConnections(database_url, SessionStoreUnavailableError, "sessions")
+        self._engine = self._db.engine
 
     def close(self) -> None:
         """Nothing to release: the engine is the process's, shared with the memory storage."""
 
-    def _unavailable(self, exc: Exception, doing: str) -> SessionStoreUnavailableError:
-        return SessionStoreUnavailableError(
-            f"cannot {doing} sessions at {mask_url(self._url)}: {describe_db_error(exc)}"
-        )
+    def _write(self, key: SessionKey, doing: str) -> AbstractContextManager[Connection]:
+        return self._db.write(Identity.of(key.user_id, tenant_id=key.tenant_id), doing)
 
-    @contextmanager
-    def _guard(self, doing: str) -> Iterator[None]:
-        try:
-            yield
-        except DBAPIError as exc:
-            if is_outage(exc):
-                raise self._unavailable(exc, doing) from exc
-            raise
-
-    @contextmanager
-    def _write(self, key: SessionKey, doing: str) -> Iterator[Connection]:
-        with self._guard(doing), self._engine.connect() as conn:
-            conn.execution_options(**self._write_options)
-            with conn.begin():
-                identity = Identity.of(key.user_id, tenant_id=key.tenant_id)
-                if conn.dialect.name == "postgresql" and policies_apply(self._engine, conn):
-                    conn.execute(
-                        TIMEOUTS_AND_IDENTITY, {**self._pg_timeouts, **identity_parameters(identity)}
-                    )
-                elif conn.dialect.name == "postgresql":
-                    conn.execute(WRITE_TIMEOUTS, self._pg_timeouts)
-                yield conn
-
-    @contextmanager
-    def _read(self, tenant_id: str, user_id: str | None) -> Iterator[Connection]:
-        identity = Identity.of(user_id, tenant_id=tenant_id)
-        with self._guard("read"), reading(self._engine, self._reader, identity) as conn:
-            yield conn
+    def _read(self, tenant_id: str, user_id: str | None) -> AbstractContextManager[Connection]:
+        return self._db.read(Identity.of(user_id, tenant_id=tenant_id))
 
     def _locked(self, conn: Connection, key: SessionKey) -> Row[Any] | None:
         return conn.execute(select(_sessions).where(_is(_sessions, key)).with_for_update()).first()
@@ -295,8 +238,8 @@ class DatabaseSessionStore(SessionStore):
         has just renewed is re-checked after its lock and kept, turns and all.
         """
         engine = operator_engine(self._engine, "expire sessions")
-        with self._guard("expire"), engine.connect() as conn:
-            conn.execution_options(**self._write_options)
+        with self._db.guard("expire"), engine.connect() as conn:
+            conn.execution_options(**self._db.write_options)
             with conn.begin():
                 return int(conn.execute(delete(_sessions).where(_sessions.c.expires_at <= now)).rowcount)
 

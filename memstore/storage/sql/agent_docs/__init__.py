@@ -1,0 +1,1 @@
+"""The agent documents in the memory database (``memstore/agent_doc.py``)."""
