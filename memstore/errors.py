@@ -296,7 +296,7 @@ class AgentDocConflictError(MemstoreError):
             )
         now = "no longer exists" if self.current == 0 else f"is at version {self.current}"
         return (
-            f"{self.path} was changed by another writer: you read version {self.expected} and it {now}; "
+            f"{self.path} has changed since version {self.expected} was read: it {now}; "
             "read it again and redo the change"
         )
 
