@@ -20,11 +20,15 @@ import numpy as np
 import pytest
 from sqlalchemy import JSON, insert, select, update
 
+from memstore.agent_doc import MAIN_DOC_PATH, DocLimits, DocScope
 from memstore.ops.backup import backup_database, restore_database
 from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.agent_docs.store import AgentDocStore
 from memstore.storage.sql.engine import dispose_engines, get_engine
 from memstore.storage.sql.maintenance.erase import erase_user
 from memstore.storage.sql.schema.models import (
+    agent_document_versions_table,
+    agent_documents_table,
     embeddings_table,
     erasures_table,
     facts_table,
@@ -48,6 +52,8 @@ TABLES = (
     embeddings_table,
     history_table,
     erasures_table,
+    agent_documents_table,
+    agent_document_versions_table,
 )
 MODEL = "openai:text-embedding-3-small@3"
 SIGNALS_AT = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
@@ -153,6 +159,23 @@ def _populate(url: str) -> None:
         )
         conn.execute(insert(queue_table).values(**_queued_row()))
     storage.close()
+    # The agents' documents: a live one, and a user's deleted one with its two versions.
+    docs, limits = AgentDocStore(url), DocLimits(20_000, 10, 100_000, 10)
+    write = {"action": "write", "expected_version": 0, "limits": limits, "now": SIGNALS_AT}
+    docs.change(
+        DocScope("coder"), MAIN_DOC_PATH, lambda _: "# Coder\n- 绿茶\n", author="import", actor=None, **write
+    )
+    alice = DocScope("coder", "alice")
+    docs.change(alice, "/memories/x.md", lambda _: "x", author="agent", actor="alice", **write)
+    docs.delete(
+        alice,
+        "/memories/x.md",
+        expected_version=1,
+        author="operator",
+        actor=None,
+        limits=limits,
+        now=SIGNALS_AT,
+    )
 
 
 def _queued_row() -> dict[str, Any]:

@@ -7,7 +7,8 @@ strings, JSON columns as their JSON text (so SQL NULL stays distinct from JSON `
 so foreign keys, revisions and tombstones come back exactly as they were.
 
 The durable queue's tables are not memory but work in flight (conversation text waiting for the
-updater, leases held by this deployment's workers), so they are neither read nor written.
+updater, leases held by this deployment's workers), and sessions are short-term memory that
+expires on its own, so they are neither read nor written. The agents' documents are.
 Every tenant's rows are, so on PostgreSQL both directions run on the operator's connection
 (``operator.py``): the application's role would read and write only the identity it set.
 """
@@ -44,6 +45,8 @@ from memstore.errors import BackupError
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.schema.models import (
+    agent_document_versions_table,
+    agent_documents_table,
     embeddings_table,
     erasures_table,
     facts_table,
@@ -68,6 +71,8 @@ BACKUP_TABLES: tuple[Table, ...] = (
     embeddings_table,
     history_table,
     erasures_table,
+    agent_documents_table,
+    agent_document_versions_table,
 )
 BATCH_ROWS = 1000
 """Rows read or written per round trip: what a backup or restore holds in memory at once."""
