@@ -27,6 +27,11 @@ from memstore.errors import (
     StorageUnavailableError,
     StorageWriteError,
 )
+from memstore.gateway.agent_doc_prompt import (
+    agent_prompt_baseline_tokens,
+    agent_system_prompt,
+    load_agent_memory,
+)
 from memstore.gateway.flush_hook import memory_flush_hook
 from memstore.gateway.middleware import MemoryMiddleware
 from memstore.gateway.tools import (
@@ -128,6 +133,10 @@ __all__ = [  # noqa: RUF022 - grouped by stage, not sorted
     "memory_add",
     "memory_update",
     "memory_delete",
+    # the agent's own memory document in its system prompt
+    "load_agent_memory",
+    "agent_system_prompt",
+    "agent_prompt_baseline_tokens",
     # operations on stored memory
     "get_memory_data",
     "reload_memory_data",
