@@ -4,6 +4,7 @@ One database per module, migrated to head by memstore's own migrate, and one app
 made by ``grant_app_role`` (what ``memstore db grant-app-role`` runs). The superuser seeds two
 tenants' rows straight into every memory table: private, shared-to-a-user, shared-to-a-role and
 public facts with their grants, sections, history, embeddings, erasures, queue rows and claims,
+sessions, agent documents and their versions (two agents' own per tenant, each user's own),
 one user id present in both tenants, a grant in one tenant naming a user of the other. Then, as
 the application role, every table is read with a bare ``SELECT *``: with no identity nothing
 comes back, and with one set, exactly the rows the rules in ``schema/rls.py`` allow (an oracle
@@ -38,6 +39,8 @@ from memstore.storage.sql.maintenance.erase import erasure_digest
 from memstore.storage.sql.schema import migrate, rls, roles
 from memstore.storage.sql.schema.models import (
     Base,
+    agent_document_versions_table,
+    agent_documents_table,
     claims_table,
     embeddings_table,
     erasures_table,
@@ -115,6 +118,14 @@ IDENTITIES = (
 )
 
 
+DocKey = tuple[str, str, str]
+"""An agent document by ``(tenant, agent, user)``: user ``''`` for the agent's own, shared in the tenant."""
+DOCS: tuple[DocKey, ...] = (
+    *((tenant, agent, "") for tenant in ("acme", "globex") for agent in (AGENT, "other")),
+    *((s[0], AGENT, s[1]) for s in SCOPES if s[1] is not None),  # each user's own (agent_doc_per_user)
+)
+
+
 def _label(identity: Identity) -> str:
     return f"{identity.tenant_id}/{identity.user_id or '-'}/{identity.roles_setting or '-'}"
 
@@ -179,7 +190,14 @@ def expected(identity: Identity) -> dict[str, set[Any]]:
         "memory_queue_claims": {(identity.tenant_id, u) for u in users},
         "memory_sessions": {(identity.tenant_id, u) for u in users},
         "memory_session_turns": {(identity.tenant_id, u) for u in users},
+        # The agent's own documents are the tenant's; a user's documents, with their versions, theirs.
+        "memory_agent_documents": _docs(identity),
+        "memory_agent_document_versions": _docs(identity),
     }
+
+
+def _docs(identity: Identity) -> set[DocKey]:
+    return {d for d in DOCS if d[0] == identity.tenant_id and d[2] in ("", identity.user_id or "")}
 
 
 # --- the database --------------------------------------------------------------------------------
@@ -224,6 +242,10 @@ class Seeded:
             "memory_queue_claims": {(r["tenant_id"], r["user_id"]) for r in rows["memory_queue_claims"]},
             "memory_sessions": {(r["tenant_id"], r["user_id"]) for r in rows["memory_sessions"]},
             "memory_session_turns": {(r["tenant_id"], r["user_id"]) for r in rows["memory_session_turns"]},
+            **{
+                table: {(r["tenant_id"], r["agent_name"], r["user_id"]) for r in rows[table]}
+                for table in ("memory_agent_documents", "memory_agent_document_versions")
+            },
         }
         assert set(named) == set(TABLES), "a new memory table needs a line here and in expected()"
         return named
@@ -348,12 +370,42 @@ def _seed(admin: Engine, seeded: Seeded) -> None:
             conn.execute(
                 insert(history_table).values(_history(scope_id, "fact", fact.key, after={"content": canary}))
             )
+        for doc in DOCS:
+            _seed_document(conn, doc)
         for tenant in ("acme", "globex"):
             conn.execute(
                 insert(erasures_table).values(
                     user_digest=erasure_digest(tenant, "gone"), tenant_id=tenant, erased_at=NOW
                 )
             )
+
+
+def _seed_document(conn: Connection, doc: DocKey) -> None:
+    key = {"tenant_id": doc[0], "agent_name": doc[1], "user_id": doc[2], "path": "/memories/agent.md"}
+    content = f"agent document of {doc}"
+    conn.execute(
+        insert(agent_documents_table).values(
+            **key,
+            content=content,
+            chars=len(content),
+            version=1,
+            author="agent",
+            actor=doc[2] or None,
+            created_at=NOW,
+            updated_at=NOW,
+        )
+    )
+    conn.execute(
+        insert(agent_document_versions_table).values(
+            **key,
+            version=1,
+            action="write",
+            author="agent",
+            actor=doc[2] or None,
+            content=content,
+            created_at=NOW,
+        )
+    )
 
 
 def _history(
@@ -604,6 +656,18 @@ FACT_INSERT = (
 )
 
 
+DOC_INSERT = (
+    "INSERT INTO memory_agent_documents (tenant_id, agent_name, user_id, path, content, chars, version, "
+    "author, created_at, updated_at) VALUES (:t, 'agent', :u, '/memories/forged.md', 'forged', 6, 1, "
+    "'agent', now(), now())"
+)
+DOC_VERSION_INSERT = (
+    "INSERT INTO memory_agent_document_versions (tenant_id, agent_name, user_id, path, version, action, "
+    "author, content, created_at) VALUES (:t, 'agent', :u, '/memories/agent.md', 2, 'write', 'agent', "
+    "'forged', now())"
+)
+
+
 def test_inserts_for_another_tenant_or_user_are_refused(seeded: Seeded) -> None:
     alice = Identity.of("alice", tenant_id="acme")
     own, bobs = seeded.scope_id(("acme", "alice", AGENT)), seeded.scope_id(("acme", "bob", AGENT))
@@ -694,6 +758,14 @@ def test_inserts_for_another_tenant_or_user_are_refused(seeded: Seeded) -> None:
         alice,
         "INSERT INTO memory_erasures (user_digest, tenant_id, erased_at) VALUES ('forged', 'globex', now())",
     )
+    # An agent document, or a version of one, for another user of her tenant, or in another tenant
+    # (the agent's own there too); her own and her agent's own are hers to write, as the store does.
+    for tenant, user in (("acme", "bob"), ("globex", ""), ("globex", "alice")):
+        _refused(seeded, alice, DOC_INSERT, t=tenant, u=user)
+        _refused(seeded, alice, DOC_VERSION_INSERT, t=tenant, u=user)
+    for user in ("alice", ""):
+        assert _changed(seeded, alice, DOC_INSERT, t="acme", u=user) == 1
+        assert _changed(seeded, alice, DOC_VERSION_INSERT, t="acme", u=user) == 1
 
 
 def test_updates_and_deletes_of_rows_out_of_reach_touch_nothing(seeded: Seeded) -> None:
@@ -723,6 +795,21 @@ def test_updates_and_deletes_of_rows_out_of_reach_touch_nothing(seeded: Seeded) 
     _refused(seeded, alice, "UPDATE memory_scopes SET user_id = 'mallory' WHERE user_id = 'alice'")
     _refused(seeded, alice, "UPDATE memory_queue SET tenant_id = 'globex'")
     _refused(seeded, erin, "UPDATE memory_facts SET tenant_id = 'globex' WHERE fact_id = 'a_public'")
+    # Agent documents: another user's are out of reach, admin or not; the agent's own are the
+    # tenant's (its agent edits them for every user), here acme's two agents' and dave's own.
+    doc, versions = "memory_agent_documents", "memory_agent_document_versions"
+    assert _changed(seeded, erin, f"UPDATE {doc} SET content = 'x' WHERE user_id = 'alice'") == 0
+    assert _changed(seeded, dave, f"DELETE FROM {doc} WHERE user_id <> ''") == 1
+    assert _changed(seeded, dave, f"DELETE FROM {versions} WHERE user_id = 'alice'") == 0
+    assert _changed(seeded, dave, f"UPDATE {doc} SET content = 'x'") == 3
+    assert _changed(seeded, dave, f"DELETE FROM {versions}") == 3
+    # No key column is the application's to change (a user cannot take the agent's own document,
+    # or hand its own to another), and versions are never updated: their text is the audit trail.
+    _refused(seeded, alice, f"UPDATE {doc} SET user_id = 'bob' WHERE user_id = 'alice'")
+    _refused(seeded, alice, f"UPDATE {doc} SET user_id = 'alice' WHERE user_id = ''")
+    _refused(seeded, alice, f"UPDATE {doc} SET tenant_id = 'globex'")
+    _refused(seeded, alice, f"UPDATE {doc} SET agent_name = 'other' WHERE agent_name = 'agent'")
+    _refused(seeded, alice, f"UPDATE {versions} SET content = 'forged'")
 
 
 # --- the role, the command and the operator's connection ----------------------------------------

@@ -7,6 +7,11 @@ is one transaction that locks the scope first (PostgreSQL: a transaction advisor
 concurrent writers, then checks the version the caller read against the stored one: a writer
 that read an older version gets ``AgentDocConflictError`` and nothing is stored, never a silent
 overwrite of the other writer's text.
+
+On PostgreSQL a write also holds its agent's lock shared and a lock on each user it writes for
+or as, which an erase of the agent or of the user takes exclusively first: an erase waits for
+the writes in flight and removes what they wrote, instead of deleting around them and leaving a
+version (a user's text, or its name) behind.
 """
 
 from __future__ import annotations
@@ -73,19 +78,19 @@ class AgentDocStore:
     def list_documents(
         self, scope: DocScope, folder: str, *, actor: str | None = None
     ) -> list[AgentDocument]:
-        """The live documents under ``folder`` (a ``/memories/.../`` prefix), by path, without text."""
-        prefix = folder.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        """The live documents under ``folder`` (a ``/memories/.../`` prefix), by path, without text.
+
+        The prefix is compared as it is, not with ``LIKE``, which SQLite matches ignoring case,
+        and the paths are sorted here, by code point, whatever the database's collation."""
         with self._db.read(self._identity(scope, actor)) as conn:
             rows = conn.execute(
-                select(*_META)
-                .where(
+                select(*_META).where(
                     _in_scope(_documents, scope),
                     _documents.c.deleted_at.is_(None),
-                    _documents.c.path.like(f"{prefix}%", escape="\\"),
+                    func.substr(_documents.c.path, 1, len(folder)) == folder,
                 )
-                .order_by(_documents.c.path)
             ).all()
-        return [_document(row) for row in rows]
+        return sorted((_document(row) for row in rows), key=lambda doc: doc.path)
 
     def read(self, scope: DocScope, path: object, *, actor: str | None = None) -> AgentDocument:
         path = checked_path(path)
@@ -117,7 +122,7 @@ class AgentDocStore:
         live document is there, ``n`` that version ``n`` is; otherwise ``AgentDocConflictError``."""
         path = checked_path(path)
         with self._db.write(self._identity(scope, actor), action) as conn:
-            row = self._locked(conn, scope, path)
+            row = self._locked(conn, scope, path, actor)
             live = _live_version(row)
             _check_version(path, expected_version, live)
             live_text = row.content if row is not None and live else None
@@ -156,7 +161,7 @@ class AgentDocStore:
         """Delete the live document at ``path``; returns the version the delete recorded."""
         path = checked_path(path)
         with self._db.write(self._identity(scope, actor), "delete") as conn:
-            row = self._locked(conn, scope, path)
+            row = self._locked(conn, scope, path, actor)
             live = _live_version(row)
             if row is None or not live:
                 raise AgentDocNotFoundError(path)
@@ -239,6 +244,8 @@ class AgentDocStore:
         with self._db.guard("erase"), engine.connect() as conn:
             conn.execution_options(**self._db.write_options)
             with conn.begin():
+                if conn.dialect.name == "postgresql":
+                    conn.execute(select(func.pg_advisory_xact_lock(_lock_key("agent", tenant_id, agent))))
                 return {
                     table.name: int(
                         conn.execute(
@@ -249,17 +256,34 @@ class AgentDocStore:
                 }
 
     @staticmethod
-    def _locked(conn: Connection, scope: DocScope, path: str) -> Row[Any] | None:
+    def _locked(conn: Connection, scope: DocScope, path: str, actor: str | None) -> Row[Any] | None:
         if conn.dialect.name == "postgresql":
+            # In one round trip, always in this order (agent, scope, users by name): no two
+            # writers wait for each other's locks.
             values = scope_values(scope)
-            key = f"agent-doc/{values['tenant_id']}/{values['agent_name']}/{values['user_id']}"
-            conn.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+            tenant, agent = values["tenant_id"], values["agent_name"]
+            users = sorted({name for name in (scope.user_id, actor) if name is not None})
+            conn.execute(
+                select(
+                    func.pg_advisory_xact_lock_shared(_lock_key("agent", tenant, agent)),
+                    func.pg_advisory_xact_lock(_lock_key("scope", tenant, agent, values["user_id"])),
+                    *(func.pg_advisory_xact_lock(_lock_key("user", tenant, name)) for name in users),
+                )
+            )
         return conn.execute(select(_documents).where(_at(_documents, scope, path)).with_for_update()).first()
+
+
+def _lock_key(kind: str, *names: str) -> Any:
+    """A transaction advisory lock's key; ``/`` is in no id or agent name, so keys never mix."""
+    return func.hashtextextended("/".join(("agent-doc", kind, *names)), 0)
 
 
 def erase_user_documents(conn: Connection, tenant_id: str, user_id: str) -> dict[str, int]:
     """In the erase's transaction: the user's own documents and their versions go, and the
-    user's name is taken out of the versions of the agents' own documents it wrote."""
+    user's name is taken out of the versions of the agents' own documents it wrote. Waits first
+    for the writes in flight for or as the user (PostgreSQL), so none outlives the erase."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_advisory_xact_lock(_lock_key("user", tenant_id, user_id))))
     counts = {
         table.name: int(
             conn.execute(
