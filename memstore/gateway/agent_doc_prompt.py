@@ -19,6 +19,7 @@ from typing import Any, TypedDict
 from memstore.agent_doc import MAIN_DOC_PATH
 from memstore.config import get_memory_config
 from memstore.errors import StorageUnavailableError
+from memstore.gateway.deadline import within
 from memstore.gateway.middleware import SETUP_ERRORS
 from memstore.gateway.user_context import effective_tenant, get_effective_user_id
 from memstore.inject.agent_prompt import build_agent_system_prompt
@@ -68,10 +69,11 @@ def load_agent_memory(
     """Load the main document into ``state["agent_memory"]`` unless it is already there, and
     return what the state keeps; loading again is a no-op that reads nothing.
 
-    A failure never breaks the agent's run and never costs data. The database unreachable
-    (logged at WARNING) or any other read failure (logged with its traceback) gives an empty
-    document for this run *without* keeping it in ``state``, so the next run of the
-    conversation loads again instead of carrying an empty memory to its end. Nothing can be
+    A failure never breaks the agent's run and never costs data. The database unreachable or
+    not answering within ``memory_context_timeout_seconds`` (logged at WARNING) or any other read
+    failure (logged with its traceback) gives an empty document for this run *without* keeping it
+    in ``state``, so the next run of the conversation loads again instead of carrying an empty
+    memory to its end. Nothing can be
     overwritten meanwhile: the agent's ``write_file`` without a version only creates, and its
     edits need the version ``read_file`` reports. A setup that cannot work (``SchemaNotReadyError``
     and the other migration errors, ``StorageSetupError``, ``ConfigError`` such as a storage that
@@ -81,7 +83,11 @@ def load_agent_memory(
     if kept is not None:
         return kept
     try:
-        memory = read_agent_memory(agent_name=agent_name, user_id=user_id, tenant_id=tenant_id)
+        memory = within(
+            get_memory_config().memory_context_timeout_seconds,
+            lambda: read_agent_memory(agent_name=agent_name, user_id=user_id, tenant_id=tenant_id),
+            doing="load the agent's memory document",
+        )
     except SETUP_ERRORS:
         raise
     except StorageUnavailableError as exc:

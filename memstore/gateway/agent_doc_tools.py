@@ -25,6 +25,7 @@ from memstore.errors import (
     StorageUnavailableError,
     StorageWriteError,
 )
+from memstore.gateway.deadline import within
 from memstore.gateway.user_context import effective_tenant, get_effective_user_id
 from memstore.ops import agent_docs
 
@@ -58,10 +59,15 @@ def _run(
     writes: bool = False,
 ) -> str:
     actor = user_id or get_effective_user_id()
-    if writes and not get_memory_config().agent_doc_agent_writes:
+    config = get_memory_config()
+    if writes and not config.agent_doc_agent_writes:
         return READ_ONLY_ERROR
     try:
-        return action(agent_docs.doc_scope(agent_name, actor, effective_tenant(tenant_id)), actor)
+        scope = agent_docs.doc_scope(agent_name, actor, effective_tenant(tenant_id))
+        # A write may wait for a lock and then run its statements: both bounded by the server,
+        # unless it stops answering, which the deadline covers.
+        deadline = config.write_lock_timeout_seconds + config.write_statement_timeout_seconds
+        return within(deadline, lambda: action(scope, actor), doing="run a memory file tool")
     except Exception as exc:
         return _failure(exc, actor)
 

@@ -17,6 +17,7 @@ from memstore.agent_doc import MAIN_DOC_PATH, DocScope
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.errors import STORAGE_UNAVAILABLE_MESSAGE, StorageUnavailableError
 from memstore.gateway import agent_doc_tools as tools
+from memstore.gateway.agent_doc_prompt import load_agent_memory
 from memstore.ops import agent_docs as ops
 from tests.support.pg_cluster import PgCluster
 
@@ -104,3 +105,32 @@ def test_a_store_opened_while_the_server_is_down_fails_fast_and_opens_later(
     cluster.start()
     assert ops.load_main_doc(SCOPE) is None  # the failed open was not kept
     assert tools.write_file(MAIN_DOC_PATH, "first", **NAMED).startswith("Wrote ")
+
+
+def test_a_frozen_server_costs_the_tools_and_the_prompt_their_deadline_not_the_run(
+    cluster: PgCluster, outage_url: str
+) -> None:
+    url = _configure(outage_url)
+    set_memory_config(
+        MemoryConfig(
+            database_url=url,
+            write_lock_timeout_seconds=1,
+            write_statement_timeout_seconds=1,
+            memory_context_timeout_seconds=1,
+        )
+    )
+    ops.write_doc(SCOPE, MAIN_DOC_PATH, "version one", expected_version=0, author="operator")
+    assert "version 1" in tools.read_file(MAIN_DOC_PATH, **NAMED)  # a pooled connection, as in a gateway
+
+    cluster.freeze()
+    try:
+        reply, took = _timed(lambda: tools.read_file(MAIN_DOC_PATH, **NAMED))
+        assert reply == f"Error: {STORAGE_UNAVAILABLE_MESSAGE}" and took < 2 + 1.5, (reply, took)
+        state: dict[str, Any] = {}
+        memory, took = _timed(lambda: load_agent_memory(state, **NAMED))
+        assert memory == {"content": "", "version": 0, "path": MAIN_DOC_PATH} and took < 1 + 1.5, took
+        assert state == {}  # not kept: the next run loads again
+    finally:
+        cluster.thaw()
+    loaded: dict[str, Any] = {}
+    assert load_agent_memory(loaded, **NAMED)["content"] == "version one"
