@@ -94,6 +94,8 @@ def main() -> None:
 
 def _register() -> None:
     """Attach each command module; imported here so ``memstore --help`` lists them all."""
+    from memstore.cli.agent_doc_transfer import export_docs, import_docs
+    from memstore.cli.agent_docs import agent_doc
     from memstore.cli.backup import backup, restore
     from memstore.cli.config_show import config
     from memstore.cli.db import db
@@ -112,6 +114,9 @@ def _register() -> None:
     from memstore.cli.stats import stats
     from memstore.cli.transfer import export_command, import_command
 
+    agent_doc.add_command(import_docs)
+    agent_doc.add_command(export_docs)
+    main.add_command(agent_doc)
     main.add_command(backup)
     main.add_command(config)
     main.add_command(db)

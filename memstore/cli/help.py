@@ -10,6 +10,13 @@ from __future__ import annotations
 import click
 
 EXAMPLES = {
+    "agent-doc edit": "memstore agent-doc edit coder   # /memories/agent.md in $EDITOR",
+    "agent-doc erase": "memstore agent-doc erase coder   # asks first; --yes in scripts",
+    "agent-doc export": "memstore agent-doc export agents/ --tenant acme",
+    "agent-doc history": "memstore agent-doc history coder /memories/agent.md --limit 10",
+    "agent-doc import": "memstore agent-doc import .   # in ~/.deepagents: <agent>/agent.md",
+    "agent-doc list": "memstore agent-doc list --agent coder",
+    "agent-doc show": "memstore agent-doc show coder /memories/agent.md --version 3   # the text on stdout",
     "backup": "memstore backup memstore-2026-11-21.jsonl.gz",
     "config show": "memstore config show --json",
     "db check": "memstore db check --url postgresql://memstore@db.internal/memstore",

@@ -12,7 +12,8 @@ Handlers are plain functions: FastAPI runs them in its thread pool, so blocking 
 never stalls the event loop.
 
 The ``/sessions`` routes (``fastapi_sessions.py``) keep the caller's short-term session memory,
-under the same identity.
+under the same identity; the ``/agents/{agent_name}`` routes (``fastapi_agent_docs.py``) read and
+edit an agent's own memory documents for it.
 
 Request models (``fastapi_models.py``) carry the core's size caps (``memstore.document``), so an
 oversized fact, summary or import is a 422 before it reaches storage. Apart from a session append
@@ -36,8 +37,15 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 from memstore.config import get_memory_config
 from memstore.document import MAX_CATEGORY_CHARS, MAX_FACT_CHARS, MemoryDocument
 from memstore.errors import InvalidScopeError
+from memstore.integrations.fastapi_agent_docs import add_agent_doc_routes
 from memstore.integrations.fastapi_errors import MemoryRoute, mapped_errors
 from memstore.integrations.fastapi_models import (
+    AgentDocumentDeletedResponse,
+    AgentDocumentEditRequest,
+    AgentDocumentHistoryResponse,
+    AgentDocumentListResponse,
+    AgentDocumentResponse,
+    AgentDocumentWriteRequest,
     ContextSection,
     ErrorResponse,
     Fact,
@@ -81,6 +89,12 @@ from memstore.storage.records import SearchMode
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "AgentDocumentDeletedResponse",
+    "AgentDocumentEditRequest",
+    "AgentDocumentHistoryResponse",
+    "AgentDocumentListResponse",
+    "AgentDocumentResponse",
+    "AgentDocumentWriteRequest",
     "ContextSection",
     "ErrorResponse",
     "Fact",
@@ -381,4 +395,5 @@ def create_memory_router(
             return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(**owner.scope), owner))
 
     add_session_routes(router, caller_of)
+    add_agent_doc_routes(router, caller_of)
     return router

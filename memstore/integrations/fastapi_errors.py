@@ -5,6 +5,9 @@ shape. A 503 (the database, or for a search by meaning the embeddings endpoint, 
 once, at WARNING, with the caller's user id and the cause: the client gets a generic message,
 and without this line the server log showed only the access line. The cause is memstore's own
 message, which names the database by its masked URL and never carries a password.
+
+An agent document's version conflict is a 409 whose body adds ``expected`` and ``current`` (the
+versions) to ``detail``, so a client can re-read and retry without parsing the message.
 """
 
 import logging
@@ -14,12 +17,18 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.exceptions import HTTPException, RequestValidationError
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from memstore.errors import (
     EMBEDDINGS_FAILED_MESSAGE,
     STORAGE_UNAVAILABLE_MESSAGE,
     AccessDeniedError,
+    AgentDocConflictError,
+    AgentDocEditError,
+    AgentDocLimitError,
+    AgentDocNotFoundError,
+    AgentDocPathError,
     DuplicateFactError,
     EmbeddingError,
     FactEditConflictError,
@@ -44,8 +53,18 @@ LIMIT_HEADER = "X-Memstore-Limit"
 """On a 429: the cap a session write would pass, ``turns`` or ``sessions`` (``SessionLimitError.kind``)."""
 
 
+class VersionConflict(HTTPException):
+    """A 409 that carries the versions of an ``AgentDocConflictError`` into its body."""
+
+    def __init__(self, error: AgentDocConflictError) -> None:
+        super().__init__(409, str(error))
+        self.expected = error.expected
+        self.current = error.current
+
+
 class MemoryRoute(APIRoute):
-    """Answers every 422 in the documented shape: ``loc``, ``msg`` and ``type`` only.
+    """Answers every 422 in the documented shape: ``loc``, ``msg`` and ``type`` only, and a
+    ``VersionConflict`` with its versions.
 
     FastAPI's own handler echoes each error's ``input`` too. A NaN or a lone surrogate in a body
     cannot be encoded back as JSON, so the 422 for it became a 500, and the echo of a rejected
@@ -61,6 +80,9 @@ class MemoryRoute(APIRoute):
                 return await handler(request)
             except RequestValidationError as exc:
                 raise RequestValidationError([_renderable(error) for error in exc.errors()]) from exc
+            except VersionConflict as exc:
+                body = {"detail": exc.detail, "expected": exc.expected, "current": exc.current}
+                return JSONResponse(body, status_code=exc.status_code)
 
         return handle
 
@@ -81,6 +103,16 @@ def mapped_errors(owner: str) -> Iterator[None]:
     """The one place memstore's typed errors become the documented HTTP errors."""
     try:
         yield
+    except AgentDocConflictError as exc:
+        raise VersionConflict(exc) from exc
+    except AgentDocNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except AgentDocLimitError as exc:  # the agent's documents are full: delete or shorten some
+        raise HTTPException(413, str(exc)) from exc
+    except AgentDocPathError as exc:  # the message names the rule, never the path
+        raise RequestValidationError([{"loc": ["query"], "msg": str(exc), "type": "value_error"}]) from exc
+    except AgentDocEditError as exc:
+        raise RequestValidationError([{"loc": ["body"], "msg": str(exc), "type": "value_error"}]) from exc
     except (DuplicateFactError, FactEditConflictError, RevisionConflictError) as exc:
         raise HTTPException(409, str(exc)) from exc
     except AccessDeniedError as exc:

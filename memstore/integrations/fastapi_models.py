@@ -315,3 +315,80 @@ class SessionContextResponse(BaseModel):
     summary: str | None
     omitted: int = Field(description="Older raw turns left out by the token budget")
     tokens: int
+
+
+# -- the agents' own documents: ``integrations.fastapi_agent_docs`` -----------------------------
+
+
+class AgentDocumentResponse(BaseModel):
+    """A live document of the agent; ``content`` is left out of listings."""
+
+    path: str = Field(description="Its virtual path, such as /memories/agent.md")
+    version: int = Field(description="Bumped by every write; pass it as expected_version to change this one")
+    chars: int
+    author: str = Field(description="Who wrote this version: agent, operator or import")
+    actor: str | None = Field(description="The user whose request wrote it (none for the CLI)")
+    updatedAt: str
+    content: str | None = Field(default=None, description="The whole text (not in listings)")
+
+
+class AgentDocumentListResponse(BaseModel):
+    agentName: str
+    documents: list[AgentDocumentResponse] = Field(description="By path, without their text")
+
+
+class AgentDocumentWriteRequest(BaseModel):
+    """The body of ``PUT .../document``: the whole new text. The content's cap is the setting
+    ``agent_doc_max_chars`` (a 422 naming it); the body as a whole is capped at 8 MiB (a 413)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = Field(description="The whole new text, Markdown")
+    expected_version: int | None = Field(
+        strict=True,
+        ge=0,
+        description="Required: 0 creates the document only if there is none; n replaces version n only; "
+        "null replaces whatever is stored",
+    )
+
+
+class AgentDocumentEditRequest(BaseModel):
+    """The body of ``PATCH .../document``: replace ``old_string``, which must occur exactly once."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    old_string: str = Field(min_length=1, description="The exact text to replace; it must occur once")
+    new_string: str = Field(description="Its replacement (empty removes it)")
+    expected_version: int | None = Field(
+        default=None, strict=True, ge=1, description="Edit only this version (default: whatever is stored)"
+    )
+
+
+class AgentDocumentDeletedResponse(BaseModel):
+    path: str
+    version: int = Field(description="The version the deletion recorded in the history")
+    deleted: bool = Field(description="Always true: a document that was not there is a 404")
+
+
+class AgentDocumentVersionResponse(BaseModel):
+    path: str
+    version: int
+    action: str = Field(description="write, edit or delete")
+    author: str = Field(description="agent, operator or import")
+    actor: str | None
+    createdAt: str
+    content: str | None = Field(description="The text this version left (null for a deletion)")
+
+
+class AgentDocumentHistoryResponse(BaseModel):
+    versions: list[AgentDocumentVersionResponse] = Field(description="Newest first")
+    limit: int
+    offset: int
+
+
+class AgentDocumentConflictResponse(BaseModel):
+    """A 409: the document is not at the version the request expected; nothing was stored."""
+
+    detail: str
+    expected: int = Field(description="The version the request expected (0: none)")
+    current: int = Field(description="The version stored now (0: no live document)")

@@ -1,5 +1,6 @@
 """memstore as an MCP server: any MCP client can search, add, update and delete facts, fetch the
-memory context for a query, and keep a conversation's short-term session memory.
+memory context for a query, keep a conversation's short-term session memory, and let the agent
+keep its own memory documents under ``/memories/`` (``mcp_agent_docs.py``).
 
 Built on the official ``mcp`` SDK (``MCPServer``, the SDK's own high-level server): it is the
 protocol's reference implementation, moves with the specification, and brings only what the
@@ -39,6 +40,7 @@ from memstore.integrations.identity import (
     tenant_from_header,
     user_from_header,
 )
+from memstore.integrations.mcp_agent_docs import add_agent_doc_tools
 from memstore.ops.facts import Visibility
 from memstore.ops.record_fields import MemoryType, SourceKind
 from memstore.ops.validation import MAX_GRANTS
@@ -67,7 +69,11 @@ INSTRUCTIONS = (
     "Long-term memory about the user. Call memory_context with the user's message to get what is "
     "known about them; memory_search to find facts; memory_add, memory_update and memory_delete "
     "to keep them true. Short-term memory of a conversation: session_append its turns as they "
-    "happen, session_context to get it back (older turns summarised), session_clear to forget it."
+    "happen, session_context to get it back (older turns summarised), session_clear to forget it. "
+    "Your own memory as an agent (your role, what you learned about the work): Markdown documents "
+    "under /memories/, /memories/agent.md first; memory_ls and memory_read_file show them, "
+    "memory_edit_file and memory_write_file keep them current (pass the version you read), "
+    "memory_delete_file removes one."
 )
 
 
@@ -135,8 +141,8 @@ def _answer(result: str) -> dict[str, Any]:
 
 
 def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> MCPServer:
-    """The memory and session tools over ``identity``'s user (in its tenant, with its roles) and the
-    given agent's memory and sessions."""
+    """The memory, session and memory-document tools over ``identity``'s user (in its tenant, with its
+    roles) and the given agent's memory, sessions and documents."""
     agent_name = normalize_agent_name(agent_name)  # a bad name fails here, not on every call
     server: MCPServer = MCPServer(
         "memstore", version=version("memstore"), instructions=INSTRUCTIONS, log_level="WARNING"
@@ -257,6 +263,7 @@ def create_mcp_server(identity: CallerOf, *, agent_name: str | None = None) -> M
         (session_list, session_tools.session_list),
     ):
         server.add_tool(wrapper, name=shared.__name__, description=getdoc(shared))
+    add_agent_doc_tools(server, identity, agent_name)
     return server
 
 

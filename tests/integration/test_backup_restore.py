@@ -161,14 +161,14 @@ def _populate(url: str) -> None:
     storage.close()
     # The agents' documents: a live one, and a user's deleted one with its two versions.
     docs, limits = AgentDocStore(url), DocLimits(20_000, 10, 100_000, 10)
-    write = {"action": "write", "expected_version": 0, "limits": limits, "now": SIGNALS_AT}
+    write: dict[str, Any] = {"action": "write", "expected_version": 0, "limits": limits, "now": SIGNALS_AT}
     docs.change(
         DocScope("coder"), MAIN_DOC_PATH, lambda _: "# Coder\n- 绿茶\n", author="import", actor=None, **write
     )
-    alice = DocScope("coder", "alice")
-    docs.change(alice, "/memories/x.md", lambda _: "x", author="agent", actor="alice", **write)
+    alices = DocScope("coder", "alice")
+    docs.change(alices, "/memories/x.md", lambda _: "x", author="agent", actor="alice", **write)
     docs.delete(
-        alice,
+        alices,
         "/memories/x.md",
         expected_version=1,
         author="operator",
