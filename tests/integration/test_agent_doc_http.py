@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from fastapi import FastAPI, Header, HTTPException
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
 
 from memstore.config import SQL_STORAGE_CLASS, MemoryConfig, set_memory_config
 from memstore.errors import STORAGE_UNAVAILABLE_MESSAGE
@@ -21,6 +22,7 @@ from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.fastapi_sessions import MAX_APPEND_BODY_BYTES
 from memstore.ops.agent_docs import reset_agent_doc_stores
 from memstore.storage.loader import reset_memory_storage
+from tests.support.hostile_paths import hostile_paths
 
 IDENTITIES = {"alice": ("alice", None), "bob": ("bob", None), "alice-acme": ("alice", "acme")}
 ALICE = {"Authorization": "Bearer alice"}
@@ -242,3 +244,27 @@ def test_a_database_outage_is_a_503_with_the_cause_logged(
     causes = [record.getMessage() for record in caplog.records]
     assert len(causes) == 3 and all("answered 503, storage" in cause for cause in causes), causes
     assert not any("s3cret" in cause for cause in causes)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(path=hostile_paths)
+def test_every_route_refuses_a_hostile_path_and_stores_nothing(make_client: MakeClient, path: str) -> None:
+    client = make_client()
+    attempts = [
+        client.get(DOC, params={"path": path}, headers=ALICE),
+        client.put(
+            DOC, params={"path": path}, json={"content": "x", "expected_version": None}, headers=ALICE
+        ),
+        client.patch(
+            DOC,
+            params={"path": path},
+            json={"old_string": "a", "new_string": "b", "expected_version": None},
+            headers=ALICE,
+        ),
+        client.delete(DOC, params={"path": path}, headers=ALICE),
+        client.get(HISTORY, params={"path": path}, headers=ALICE),
+    ]
+    assert [response.status_code for response in attempts] == [422] * len(attempts), path
+    folder = client.get(DOCS, params={"folder": path}, headers=ALICE)
+    assert folder.status_code in (200, 422), path  # a plain folder name below a bad one is still refused
+    assert client.get(DOCS, headers=ALICE).json()["documents"] == []
