@@ -28,7 +28,7 @@ MAX_PATH_DEPTH = 8
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 """A file or folder name: ASCII letters, digits, ``_ . -``, not starting with ``.`` or ``-`` (so
 never ``.`` or ``..``, never a hidden file or an option when exported to a folder)."""
-AUTHORS = ("agent", "operator", "import")
+AUTHORS = ("agent", "user", "operator", "import")
 ACTIONS = ("write", "edit", "delete")
 
 

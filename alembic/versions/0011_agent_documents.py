@@ -59,7 +59,7 @@ def _key_columns() -> list[sa.Column[str]]:
 
 def _author_check(table: str) -> sa.CheckConstraint:
     return sa.CheckConstraint(
-        "author IN ('agent', 'operator', 'import')", name=op.f(f"ck_{table}_known_author")
+        "author IN ('agent', 'user', 'operator', 'import')", name=op.f(f"ck_{table}_known_author")
     )
 
 

@@ -227,21 +227,16 @@ def show_command(
 
 
 def _version_of(scope: DocScope, path: str, version: int) -> DocVersion:
-    """Version ``version`` of ``path`` from its history, newest first, a page at a time."""
-    offset = 0
-    while True:
-        page = doc_history(scope, path, limit=MAX_HISTORY_LIMIT, offset=offset)
-        for entry in page:
-            if entry.version == version:
-                if entry.content is None:
-                    raise NothingThere(f"version {version} of {path} is its deletion: it has no text")
-                return entry
-        if len(page) < MAX_HISTORY_LIMIT or page[-1].version < version:
-            raise NothingThere(
-                f"no version {version} of {path} of {scope.label} in the history "
-                "(it keeps the last agent_doc_history_keep versions)"
-            )
-        offset += len(page)
+    """Version ``version`` of ``path``, looked up by its number (a history may be long)."""
+    found = doc_history(scope, path, limit=1, version=version)
+    if not found:
+        raise NothingThere(
+            f"no version {version} of {path} of {scope.label} in the history "
+            "(it keeps the last agent_doc_history_keep versions)"
+        )
+    if found[0].content is None:
+        raise NothingThere(f"version {version} of {path} is its deletion: it has no text")
+    return found[0]
 
 
 def _write_raw(content: str) -> None:

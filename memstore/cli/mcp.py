@@ -72,8 +72,9 @@ def mcp(
     roles_header: str | None,
     allowed_hosts: tuple[str, ...],
 ) -> None:
-    """Serve memory_search, memory_add, memory_update, memory_delete and memory_context over MCP
-    (needs the 'mcp' extra)."""
+    """Serve the memory tools over MCP (needs the 'mcp' extra): memory_search, memory_add,
+    memory_update, memory_delete, memory_context, the session_* tools and the agent's memory
+    files (memory_ls, memory_read_file, memory_write_file, memory_edit_file, memory_delete_file)."""
     if (user_id is None) == (user_header is None):
         raise click.UsageError(
             "say who the caller is: --user ID (one user's memory) or, with --transport http, "

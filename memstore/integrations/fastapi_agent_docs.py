@@ -2,9 +2,13 @@
 
 ``create_memory_router`` adds them with its caller dependency. They are the gateway's and the
 operator's face of the documents the agent edits through its file tools: the same checks, caps and
-versions (``memstore.ops.agent_docs``), the author ``operator``, and the caller's user recorded as
-the actor. Which documents a call reaches is ``doc_scope``'s rule, as for the agent's tools: the
-agent's own in the caller's tenant, or with ``agent_doc_per_user`` the caller's own of that agent.
+versions (``memstore.ops.agent_docs``), with the caller's user recorded as the actor. Which
+documents a call reaches is ``doc_scope``'s rule, as for the agent's tools: the agent's own in the
+caller's tenant, or with ``agent_doc_per_user`` the caller's own of that agent. Anyone may list
+and read them (they are in the prompt anyway); the agent's shared documents reach every user's
+prompt, so changing them, or reading their history (which names the users whose conversations
+wrote them), needs the ``admin`` role (a 403 otherwise; the author is then ``operator``), while a
+user's own documents are theirs to change (the author ``user``).
 
 A document's virtual path holds slashes, so it travels as the ``path`` query parameter of one
 ``/document`` resource rather than in the URL path. Every write takes ``expected_version``: a
@@ -19,11 +23,12 @@ that breaks a rule is a 422 naming the rule (never quoting the path or text), no
 # which refer to ``add_agent_doc_routes``' local ``Owner``.
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, Path, Query
 
 from memstore.agent_doc import DOC_ROOT, AgentDocument, DocScope, DocVersion
+from memstore.errors import AccessDeniedError
 from memstore.integrations.fastapi_errors import mapped_errors
 from memstore.integrations.fastapi_models import (
     AgentDocumentConflictResponse,
@@ -51,7 +56,17 @@ from memstore.ops.agent_docs import (
 from memstore.scope import AGENT_NAME_PATTERN
 from memstore.storage.records import iso
 
-AUTHOR = "operator"
+SHARED_WRITER_ROLE = "admin"
+"""The role that may change, and read the history of, an agent's documents shared by its users."""
+
+
+class DocCaller(SessionOwner, Protocol):
+    """Who a request acts for (the memory router's ``Caller``), roles included."""
+
+    @property
+    def roles(self) -> frozenset[str]: ...
+
+
 MAX_OFFSET = 2**63 - 1
 """The largest OFFSET both databases take (a signed 64-bit integer)."""
 
@@ -78,8 +93,16 @@ _CONFLICT: dict[int | str, dict[str, Any]] = {
         "changed, created or deleted it); read it again",
     },
 }
+_FORBIDDEN: dict[int | str, dict[str, Any]] = {
+    403: {
+        "model": ErrorResponse,
+        "description": "The agent's shared documents: changing them or reading their history needs the "
+        "admin role",
+    },
+}
 _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     **_CONFLICT,
+    **_FORBIDDEN,
     413: {
         "model": ErrorResponse,
         "description": f"Nothing was stored: the agent's documents would pass agent_doc_max_docs or "
@@ -112,13 +135,26 @@ def _version(entry: DocVersion) -> AgentDocumentVersionResponse:
     )
 
 
-def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., SessionOwner]) -> None:
+def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCaller]) -> None:
     """Add the ``/agents/{agent_name}`` document routes over ``current_owner`` (the memory router's
     caller dependency) to ``router``."""
-    Owner = Annotated[SessionOwner, Depends(current_owner)]
+    Owner = Annotated[DocCaller, Depends(current_owner)]
 
-    def scope(agent_name: str, owner: SessionOwner) -> DocScope:
+    def scope(agent_name: str, owner: DocCaller) -> DocScope:
         return doc_scope(agent_name, owner.user_id, owner.tenant_id)
+
+    def changing(agent_name: str, owner: DocCaller) -> tuple[DocScope, str]:
+        """The scope a change reaches and its author; the agent's shared documents go into every
+        user's prompt, so only an ``admin`` caller changes them (or reads their history)."""
+        docs = scope(agent_name, owner)
+        if docs.user_id is not None:
+            return docs, "user"
+        if SHARED_WRITER_ROLE not in owner.roles:
+            raise AccessDeniedError(
+                f"the agent's documents are shared by all its users: changing them, or reading their "
+                f"history, needs the {SHARED_WRITER_ROLE} role"
+            )
+        return docs, "operator"
 
     @router.get(
         "/agents/{agent_name}/documents",
@@ -153,12 +189,13 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., Session
         agent_name: AgentName, path: DocPath, request: AgentDocumentWriteRequest, owner: Owner
     ) -> AgentDocumentResponse:
         with mapped_errors(owner.user_id):
+            docs, author = changing(agent_name, owner)
             written = write_doc(
-                scope(agent_name, owner),
+                docs,
                 path,
                 request.content,
                 expected_version=request.expected_version,
-                author=AUTHOR,
+                author=author,
                 actor=owner.user_id,
             )
         return _document(written)
@@ -167,13 +204,14 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., Session
         agent_name: AgentName, path: DocPath, request: AgentDocumentEditRequest, owner: Owner
     ) -> AgentDocumentResponse:
         with mapped_errors(owner.user_id):
+            docs, author = changing(agent_name, owner)
             edited = edit_doc(
-                scope(agent_name, owner),
+                docs,
                 path,
                 request.old_string,
                 request.new_string,
                 expected_version=request.expected_version,
-                author=AUTHOR,
+                author=author,
                 actor=owner.user_id,
             )
         return _document(edited)
@@ -196,7 +234,7 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., Session
         "/agents/{agent_name}/document",
         summary="Delete a memory document of the agent (its history is kept)",
         response_model=AgentDocumentDeletedResponse,
-        responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
+        responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT, **_FORBIDDEN},
     )
     def delete_agent_document(
         agent_name: AgentName,
@@ -207,11 +245,12 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., Session
         ] = None,
     ) -> AgentDocumentDeletedResponse:
         with mapped_errors(owner.user_id):
+            docs, author = changing(agent_name, owner)
             version = delete_doc(
-                scope(agent_name, owner),
+                docs,
                 path,
                 expected_version=expected_version,
-                author=AUTHOR,
+                author=author,
                 actor=owner.user_id,
             )
         return AgentDocumentDeletedResponse(path=path, version=version, deleted=True)
@@ -220,7 +259,7 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., Session
         "/agents/{agent_name}/history",
         summary="The versions of a memory document of the agent (or of all of them), newest first",
         response_model=AgentDocumentHistoryResponse,
-        responses=_ERRORS,
+        responses={**_ERRORS, **_FORBIDDEN},
     )
     def agent_document_history(
         agent_name: AgentName,
@@ -230,7 +269,7 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., Session
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     ) -> AgentDocumentHistoryResponse:
         with mapped_errors(owner.user_id):
-            versions = doc_history(scope(agent_name, owner), path, limit=limit, offset=offset)
+            versions = doc_history(changing(agent_name, owner)[0], path, limit=limit, offset=offset)
         return AgentDocumentHistoryResponse(
             versions=[_version(entry) for entry in versions], limit=limit, offset=offset
         )

@@ -31,7 +31,7 @@ from memstore.storage.sql.agent_docs.store import AgentDocStore
 from memstore.storage.sql.documents.provider import SqlMemoryStorage
 from memstore.storage.sql.engine import database_url_from_config
 
-MAX_HISTORY_LIMIT = 1000
+MAX_HISTORY_LIMIT = 100
 _stores: dict[str, AgentDocStore] = {}
 _lock = threading.Lock()
 
@@ -174,11 +174,20 @@ def delete_doc(
 
 
 def doc_history(
-    scope: DocScope, path: object | None = None, *, limit: int = 50, offset: int = 0
+    scope: DocScope,
+    path: object | None = None,
+    *,
+    limit: int = 50,
+    offset: int = 0,
+    version: int | None = None,
 ) -> list[DocVersion]:
+    """Versions with their text, newest first, at most ``MAX_HISTORY_LIMIT`` a page (each up to
+    ``agent_doc_max_chars``); ``version`` picks one version of ``path``."""
     if not 1 <= limit <= MAX_HISTORY_LIMIT or offset < 0:
         raise ValueError(f"limit must be 1-{MAX_HISTORY_LIMIT} and offset at least 0")
-    return get_agent_doc_store().history(scope, path, limit=limit, offset=offset)
+    if version is not None and path is None:
+        raise ValueError("a version is one document's: name its path")
+    return get_agent_doc_store().history(scope, path, limit=limit, offset=offset, version=version)
 
 
 def doc_summaries(tenant_id: str | None = None) -> list[DocAgentSummary]:

@@ -19,7 +19,7 @@ CREATE TABLE memory_agent_documents (
     updated_at TIMESTAMP WITH TIME ZONE NOT NULL,
     deleted_at TIMESTAMP WITH TIME ZONE,
     CONSTRAINT pk_memory_agent_documents PRIMARY KEY (tenant_id, agent_name, user_id, path),
-    CONSTRAINT ck_memory_agent_documents_known_author CHECK (author IN ('agent', 'operator', 'import')),
+    CONSTRAINT ck_memory_agent_documents_known_author CHECK (author IN ('agent', 'user', 'operator', 'import')),
     CONSTRAINT ck_memory_agent_documents_positive_version CHECK (version >= 1)
 );
 
@@ -38,7 +38,7 @@ CREATE TABLE memory_agent_document_versions (
     created_at TIMESTAMP WITH TIME ZONE NOT NULL,
     CONSTRAINT pk_memory_agent_document_versions PRIMARY KEY (tenant_id, agent_name, user_id, path, version),
     CONSTRAINT ck_memory_agent_document_versions_known_action CHECK (action IN ('write', 'edit', 'delete')),
-    CONSTRAINT ck_memory_agent_document_versions_known_author CHECK (author IN ('agent', 'operator', 'import'))
+    CONSTRAINT ck_memory_agent_document_versions_known_author CHECK (author IN ('agent', 'user', 'operator', 'import'))
 );
 
 CREATE INDEX ix_memory_agent_document_versions_tenant_id_actor ON memory_agent_document_versions (tenant_id, actor);

@@ -258,18 +258,35 @@ def test_openapi_documents_every_endpoint_and_its_errors(client: TestClient) -> 
         ("DELETE", "/api/memory/sessions/{session_id}"): {"200", "400", "404", "422", "503"},
         ("GET", "/api/memory/agents/{agent_name}/documents"): {"200", "400", "422", "503"},
         ("GET", "/api/memory/agents/{agent_name}/document"): {"200", "400", "404", "422", "503"},
-        ("PUT", "/api/memory/agents/{agent_name}/document"): {"200", "400", "409", "413", "422", "503"},
+        ("PUT", "/api/memory/agents/{agent_name}/document"): {
+            "200",
+            "400",
+            "403",
+            "409",
+            "413",
+            "422",
+            "503",
+        },
         ("PATCH", "/api/memory/agents/{agent_name}/document"): {
             "200",
             "400",
+            "403",
             "404",
             "409",
             "413",
             "422",
             "503",
         },
-        ("DELETE", "/api/memory/agents/{agent_name}/document"): {"200", "400", "404", "409", "422", "503"},
-        ("GET", "/api/memory/agents/{agent_name}/history"): {"200", "400", "422", "503"},
+        ("DELETE", "/api/memory/agents/{agent_name}/document"): {
+            "200",
+            "400",
+            "403",
+            "404",
+            "409",
+            "422",
+            "503",
+        },
+        ("GET", "/api/memory/agents/{agent_name}/history"): {"200", "400", "403", "422", "503"},
     }
     for operations in paths.values():
         for operation in operations.values():

@@ -190,17 +190,24 @@ class AgentDocStore:
         *,
         limit: int = 50,
         offset: int = 0,
+        version: int | None = None,
         actor: str | None = None,
     ) -> list[DocVersion]:
-        """The versions of ``path`` (or of every document of the scope), newest first."""
+        """The versions of ``path`` (only ``version``, when given), or of every document of the
+        scope, newest first: by version for one document (a writer that waited for the lock may
+        carry an earlier time than the version before it), by time across documents."""
         where = [_in_scope(_versions, scope)]
+        order = [_versions.c.created_at.desc(), _versions.c.path, _versions.c.version.desc()]
         if path is not None:
             where.append(_versions.c.path == checked_path(path))
+            order = [_versions.c.version.desc()]
+        if version is not None:
+            where.append(_versions.c.version == version)
         with self._db.read(self._identity(scope, actor)) as conn:
             rows = conn.execute(
                 select(_versions)
                 .where(*where)
-                .order_by(_versions.c.created_at.desc(), _versions.c.path, _versions.c.version.desc())
+                .order_by(*order)
                 .limit(limit)
                 .offset(offset)
             ).all()

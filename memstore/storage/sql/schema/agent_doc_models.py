@@ -34,7 +34,7 @@ class MemoryAgentDocument(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(Timestamp)
 
     __table_args__ = (
-        CheckConstraint("author IN ('agent', 'operator', 'import')", name="known_author"),
+        CheckConstraint("author IN ('agent', 'user', 'operator', 'import')", name="known_author"),
         CheckConstraint("version >= 1", name="positive_version"),
         Index("ix_memory_agent_documents_tenant_id_user_id", "tenant_id", "user_id"),
     )
@@ -56,6 +56,6 @@ class MemoryAgentDocumentVersion(Base):
 
     __table_args__ = (
         CheckConstraint("action IN ('write', 'edit', 'delete')", name="known_action"),
-        CheckConstraint("author IN ('agent', 'operator', 'import')", name="known_author"),
+        CheckConstraint("author IN ('agent', 'user', 'operator', 'import')", name="known_author"),
         Index("ix_memory_agent_document_versions_tenant_id_actor", "tenant_id", "actor"),
     )
