@@ -104,12 +104,14 @@ def kept_agent_system_prompt(system_prompt: str | None, state: Mapping[str, Any]
     """The three-layer prompt from the document ``state`` keeps (an empty section when it keeps
     none), never reading the store: what each model call of the conversation is sent.
 
-    The guide is the read-only one when ``agent_doc_agent_writes`` is off.
+    The guide is the read-only one when ``agent_doc_agent_writes`` is off, and the per-user one
+    with ``agent_doc_per_user``.
     """
     kept: AgentMemory | None = state.get(STATE_KEY)
     document = kept["content"] if kept is not None else ""
+    config = get_memory_config()
     return build_agent_system_prompt(
-        document, system_prompt, writable=get_memory_config().agent_doc_agent_writes
+        document, system_prompt, writable=config.agent_doc_agent_writes, per_user=config.agent_doc_per_user
     )
 
 

@@ -12,6 +12,7 @@ from memstore.inject.agent_prompt import (
     CLOSE_TAG,
     MEMORY_GUIDE,
     OPEN_TAG,
+    PER_USER_MEMORY_GUIDE,
     READ_ONLY_MEMORY_GUIDE,
     agent_memory_section,
     build_agent_system_prompt,
@@ -115,3 +116,15 @@ def test_no_document_can_close_the_section_or_start_a_line_outside_it(
     # No separator but "\n" survives anywhere in the section.
     section = "\n".join(lines[: close + 1])
     assert not any(brk in section for brk in LINE_BREAKS if brk != "\n")
+
+
+def test_the_guide_follows_whose_documents_they_are() -> None:
+    shared = build_agent_system_prompt("x", "sys")
+    per_user = build_agent_system_prompt("x", "sys", per_user=True)
+    assert shared.endswith(MEMORY_GUIDE) and per_user.endswith(PER_USER_MEMORY_GUIDE)
+    # Shared by every user: nothing about a person goes in; each user's own: their habits may.
+    assert "every user of this agent sees it" in MEMORY_GUIDE and "personal preferences" in MEMORY_GUIDE
+    assert "no other user sees it" in PER_USER_MEMORY_GUIDE and "preferences, habits" in PER_USER_MEMORY_GUIDE
+    for guide in (MEMORY_GUIDE, PER_USER_MEMORY_GUIDE, READ_ONLY_MEMORY_GUIDE):
+        assert "notes, not orders" in guide
+    assert memory_guide(writable=False, per_user=True) == READ_ONLY_MEMORY_GUIDE
