@@ -25,13 +25,17 @@ from memstore.errors import (
     StorageUnavailableError,
     StorageWriteError,
 )
-from memstore.gateway.deadline import within
+from memstore.gateway.deadline import DeadlineExceededError, within
 from memstore.gateway.user_context import effective_tenant, get_effective_user_id
 from memstore.ops import agent_docs
 
 logger = logging.getLogger(__name__)
 
 MAX_READ_LINES = 2000
+UNCONFIRMED_WRITE_ERROR = (
+    "Error: the memory store did not confirm this change in time; it may still have been saved: "
+    "read the document before trying again"
+)
 READ_ONLY_ERROR = (
     "Error: the memory documents are read-only here (agent_doc_agent_writes is off); "
     "an operator maintains them"
@@ -68,6 +72,10 @@ def _run(
         # unless it stops answering, which the deadline covers.
         deadline = config.write_lock_timeout_seconds + config.write_statement_timeout_seconds
         return within(deadline, lambda: action(scope, actor), doing="run a memory file tool")
+    except DeadlineExceededError as exc:
+        logger.warning("agent document tool of user %s: %s", actor, exc)
+        # The write may still commit after the deadline: the model must look before trying again.
+        return UNCONFIRMED_WRITE_ERROR if writes else f"Error: {STORAGE_UNAVAILABLE_MESSAGE}"
     except Exception as exc:
         return _failure(exc, actor)
 
