@@ -148,9 +148,16 @@ class DocLimits:
     history_keep: int
 
 
+def _unix_lines(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
 def checked_content(content: object, *, max_chars: int) -> str:
+    """``content`` with its line endings as ``\n``, so an edit spanning lines matches what
+    ``read_file`` shows whatever system wrote the text; refused when it cannot be stored."""
     if not isinstance(content, str):
         raise AgentDocEditError("a document's content must be a string")
+    content = _unix_lines(content)
     if len(content) > max_chars:
         raise AgentDocEditError(
             f"the document would be {len(content)} characters, "
@@ -168,6 +175,7 @@ def replaced_once(content: str, old: object, new: object, *, path: str) -> str:
         raise AgentDocEditError("old_string and new_string must be strings")
     if not old:
         raise AgentDocEditError("old_string may not be empty: use write_file to write a whole document")
+    old, new = _unix_lines(old), _unix_lines(new)
     count = content.count(old)
     if count == 0:
         raise AgentDocEditError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import func, select
 
 from memstore.agent_doc import MAIN_DOC_PATH, DocScope
 from memstore.config import MemoryConfig, set_memory_config
@@ -15,6 +16,8 @@ from memstore.errors import (
     ConfigError,
 )
 from memstore.ops import agent_docs as ops
+from memstore.storage.sql.engine import get_engine
+from memstore.storage.sql.schema.models import agent_document_versions_table, agent_documents_table
 
 AGENT = DocScope("coder")
 
@@ -143,3 +146,29 @@ def test_the_file_provider_is_refused_with_a_clear_error() -> None:
     set_memory_config(MemoryConfig(storage_class="memstore.storage.FileMemoryStorage"))
     with pytest.raises(ConfigError, match="need the SQL provider, but storage_class"):
         ops.get_agent_doc_store()
+
+
+def test_creating_and_deleting_documents_without_end_keeps_storage_bounded(database: str) -> None:
+    set_memory_config(MemoryConfig(database_url=database, agent_doc_max_docs=2, agent_doc_history_keep=3))
+    ops.write_doc(AGENT, MAIN_DOC_PATH, "kept", expected_version=0, author="agent")
+    for number in range(30):
+        path = f"/memories/churn-{number}.md"
+        ops.write_doc(AGENT, path, "x" * 100, expected_version=0, author="agent")
+        ops.delete_doc(AGENT, path, expected_version=1, author="agent")
+    with get_engine(database).connect() as conn:  # the tables themselves, tombstones included
+        rows = conn.execute(select(func.count()).select_from(agent_documents_table)).scalar_one()
+        versions = conn.execute(select(func.count()).select_from(agent_document_versions_table)).scalar_one()
+    assert rows <= 2 * 2 and versions <= rows * 3
+    assert ops.read_doc(AGENT, MAIN_DOC_PATH).content == "kept"  # a live document is never purged
+    # A writer still holding a purged document's version is refused, not handed a fresh document.
+    with pytest.raises(AgentDocConflictError):
+        ops.write_doc(AGENT, "/memories/churn-0.md", "late", expected_version=1, author="agent")
+
+
+def test_line_endings_are_stored_as_newlines_so_edits_across_lines_match() -> None:
+    ops.write_doc(AGENT, MAIN_DOC_PATH, "# Role\r\nreviews\r\ncode\rnow", expected_version=0, author="import")
+    assert ops.read_doc(AGENT, MAIN_DOC_PATH).content == "# Role\nreviews\ncode\nnow"
+    edited = ops.edit_doc(
+        AGENT, MAIN_DOC_PATH, "reviews\ncode", "writes\r\ncode", expected_version=1, author="agent"
+    )
+    assert edited.content == "# Role\nwrites\ncode\nnow"

@@ -125,14 +125,14 @@ def _everything_read(tenant: str, user: str | None) -> str:
             ops.list_docs(scope, actor=user),
             ops.list_docs(scope, "/memories/projects/", actor=user),
             ops.load_main_doc(scope, actor=user),
-            ops.doc_history(scope, limit=1000),
+            ops.doc_history(scope, limit=100),
         ]
         for path in (*PATHS, DELETED):
             try:
                 seen.append(ops.read_doc(scope, path, actor=user))
             except AgentDocNotFoundError as exc:
                 seen.append(str(exc))
-            seen.append(ops.doc_history(scope, path, limit=1000))
+            seen.append(ops.doc_history(scope, path, limit=100))
         if user is None:
             continue  # the tools serve a request's user ("default" when none is bound)
         named: dict[str, Any] = {"agent_name": agent, "user_id": user, "tenant_id": tenant}

@@ -128,6 +128,8 @@ class AgentDocStore:
             live_text = row.content if row is not None and live else None
             content = checked_content(change(live_text), max_chars=limits.max_doc_chars)
             _check_caps(conn, scope, path, adding=not live, chars=len(content), limits=limits)
+            if row is None:
+                _make_room(conn, scope, limits)
             version = (row.version if row is not None else 0) + 1
             values = {
                 "content": content,
@@ -205,11 +207,7 @@ class AgentDocStore:
             where.append(_versions.c.version == version)
         with self._db.read(self._identity(scope, actor)) as conn:
             rows = conn.execute(
-                select(_versions)
-                .where(*where)
-                .order_by(*order)
-                .limit(limit)
-                .offset(offset)
+                select(_versions).where(*where).order_by(*order).limit(limit).offset(offset)
             ).all()
         return [
             DocVersion(
@@ -342,6 +340,27 @@ def _check_caps(
             f"{scope.label}'s documents would hold {total + chars} characters, over the "
             f"{limits.max_total_chars} allowed (agent_doc_max_total_chars)"
         )
+
+
+def _make_room(conn: Connection, scope: DocScope, limits: DocLimits) -> None:
+    """Before a new path's first row: a deleted document keeps its row and history, so once the
+    scope holds ``2 × agent_doc_max_docs`` rows the longest-deleted one goes, history and all.
+    Storage stays bounded (rows, and ``agent_doc_history_keep`` versions each) however many
+    documents are created and deleted; a writer still holding a purged version gets a conflict."""
+    rows = conn.execute(
+        select(func.count()).select_from(_documents).where(_in_scope(_documents, scope))
+    ).scalar_one()
+    if rows < 2 * limits.max_docs:
+        return
+    oldest = conn.execute(
+        select(_documents.c.path)
+        .where(_in_scope(_documents, scope), _documents.c.deleted_at.is_not(None))
+        .order_by(_documents.c.deleted_at, _documents.c.path)
+        .limit(1)
+    ).scalar_one_or_none()
+    if oldest is not None:  # none: every row is live, and the live cap has refused already
+        conn.execute(delete(_versions).where(_at(_versions, scope, oldest)))
+        conn.execute(delete(_documents).where(_at(_documents, scope, oldest)))
 
 
 def _record(
