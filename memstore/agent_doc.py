@@ -28,6 +28,8 @@ MAX_PATH_DEPTH = 8
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 """A file or folder name: ASCII letters, digits, ``_ . -``, not starting with ``.`` or ``-`` (so
 never ``.`` or ``..``, never a hidden file or an option when exported to a folder)."""
+LARGEST_DOC_CHARS = 1_000_000
+"""The highest ``agent_doc_max_chars`` may be set: the cap on any text a tool takes."""
 AUTHORS = ("agent", "user", "operator", "import")
 ACTIONS = ("write", "edit", "delete")
 

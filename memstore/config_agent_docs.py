@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
+from memstore.agent_doc import LARGEST_DOC_CHARS
+
 
 class AgentDocSettings(BaseModel):
     agent_doc_per_user: bool = False
@@ -12,7 +14,7 @@ class AgentDocSettings(BaseModel):
     agent_doc_agent_writes: bool = True
     """The agent's file tools may write, edit and delete; off, they only list and read, and
     operators curate the documents (CLI, HTTP)."""
-    agent_doc_max_chars: int = Field(default=20_000, ge=1000, le=1_000_000)
+    agent_doc_max_chars: int = Field(default=20_000, ge=1000, le=LARGEST_DOC_CHARS)
     """Characters one document may hold (``/memories/agent.md`` is injected whole into every prompt)."""
     agent_doc_max_docs: int = Field(default=100, ge=1, le=10_000)
     """Live documents one agent (or one user of it) may hold."""

@@ -21,12 +21,16 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
-from memstore.agent_doc import DOC_ROOT
+from memstore.agent_doc import DOC_ROOT, LARGEST_DOC_CHARS, MAX_PATH_CHARS
 from memstore.gateway import agent_doc_tools
 from memstore.scope import Identity
 
 PREFIX = "memory_"
 Version = Annotated[int, Field(strict=True, ge=1)]
+FilePath = Annotated[str, Field(max_length=MAX_PATH_CHARS)]
+Text = Annotated[str, Field(max_length=LARGEST_DOC_CHARS)]
+"""A document's text or a piece of it; ``agent_doc_max_chars`` is checked after (over HTTP the
+transport's body cap, ``MAX_MCP_BODY_BYTES``, comes first)."""
 Offset = Annotated[int, Field(strict=True, ge=0)]
 Lines = Annotated[int, Field(strict=True, ge=1, le=agent_doc_tools.MAX_READ_LINES)]
 _TOOL_NAME = re.compile(
@@ -55,23 +59,23 @@ def add_agent_doc_tools(
         caller = identity(ctx)
         return {"agent_name": agent_name, "user_id": caller.user_id, "tenant_id": caller.tenant_id}
 
-    def ls(ctx: Context, path: str = DOC_ROOT) -> str:
+    def ls(ctx: Context, path: FilePath = DOC_ROOT) -> str:
         return _answer(agent_doc_tools.ls(path, **scope(ctx)))
 
     def read_file(
-        file_path: str, ctx: Context, offset: Offset = 0, limit: Lines = agent_doc_tools.MAX_READ_LINES
+        file_path: FilePath, ctx: Context, offset: Offset = 0, limit: Lines = agent_doc_tools.MAX_READ_LINES
     ) -> str:
         return _answer(agent_doc_tools.read_file(file_path, offset, limit, **scope(ctx)))
 
-    def write_file(file_path: str, content: str, ctx: Context, version: Version | None = None) -> str:
+    def write_file(file_path: FilePath, content: Text, ctx: Context, version: Version | None = None) -> str:
         return _answer(agent_doc_tools.write_file(file_path, content, version, **scope(ctx)))
 
     def edit_file(
-        file_path: str, old_string: str, new_string: str, ctx: Context, version: Version | None = None
+        file_path: FilePath, old_string: Text, new_string: Text, ctx: Context, version: Version | None = None
     ) -> str:
         return _answer(agent_doc_tools.edit_file(file_path, old_string, new_string, version, **scope(ctx)))
 
-    def delete_file(file_path: str, ctx: Context, version: Version | None = None) -> str:
+    def delete_file(file_path: FilePath, ctx: Context, version: Version | None = None) -> str:
         return _answer(agent_doc_tools.delete_file(file_path, version, **scope(ctx)))
 
     wrappers = {tool.__name__: tool for tool in (ls, read_file, write_file, edit_file, delete_file)}
