@@ -25,7 +25,7 @@ from pathlib import Path
 
 import click
 
-from memstore.agent_doc import DOC_ROOT, DocScope, checked_path
+from memstore.agent_doc import DOC_ROOT, DocScope, checked_content, checked_path
 from memstore.cli.agent_docs import NONE, json_option, scope_of, write_user
 from memstore.cli.exit_codes import EXIT_INVALID_ITEMS
 from memstore.cli.output import CliError, echo_json, user_id_option
@@ -123,8 +123,8 @@ def _agent_files(top: Path, agent_name: str | None, report: Report) -> list[Sour
 
 
 def _read(source: Source, root: Path, max_chars: int) -> str:
-    """The file's text (without a byte order mark), or ``ValueError`` with the reason it cannot be
-    a document."""
+    """The file's text as it would be stored (without a byte order mark, line endings as ``\n``),
+    so a file equal to the stored text is found unchanged; else ``ValueError`` with the reason."""
     target = source.file.resolve()
     if not target.is_relative_to(root.resolve()):
         raise ValueError("a symbolic link out of the folder (not followed)")
@@ -134,9 +134,10 @@ def _read(source: Source, root: Path, max_chars: int) -> str:
     if info.st_size > MAX_BYTES_PER_CHAR * max_chars:
         raise ValueError(f"{info.st_size} bytes: more than a document may hold (agent_doc_max_chars)")
     try:
-        return target.read_bytes().decode("utf-8").removeprefix(BOM)
+        text = target.read_bytes().decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ValueError(f"not UTF-8 text (byte {exc.start} is not valid)") from exc
+    return checked_content(text.removeprefix(BOM), max_chars=max_chars)
 
 
 def import_sources(

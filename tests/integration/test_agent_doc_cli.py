@@ -1,16 +1,36 @@
 """``memstore agent-doc`` through the real console entry point (issue 34), on SQLite and PostgreSQL:
 import of a deepagents-style folder (``<agent>/agent.md``), export and its round trip, ``edit``
 with a real ``$EDITOR`` (a script, run by click as any editor), a conflicting edit that loses
-nothing, ``show``, ``history``, ``list`` and ``erase``.
+nothing, ``show``, ``history``, ``list`` and ``erase``. Then, in process through click's runner
+(no process each), what export refuses before writing anything, how it writes, what import takes
+and never overwrites, and ``show --version`` in one query.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from memstore.agent_doc import MAIN_DOC_PATH, AgentDocument, DocScope
+from memstore.cli import agent_doc_transfer, main
 from memstore.cli.exit_codes import EXIT_CONFLICT, EXIT_INVALID_ITEMS, EXIT_NOTHING_MATCHED, EXIT_USAGE
+from memstore.config import MemoryConfig
+from memstore.ops.agent_docs import (
+    MAX_HISTORY_LIMIT,
+    delete_doc,
+    list_docs,
+    read_doc,
+    reset_agent_doc_stores,
+    write_doc,
+)
 from tests.integration.conftest import Cli
 from tests.support.terminal import run_on_terminal
 
@@ -66,7 +86,7 @@ def _shown(cli: Cli, *args: str) -> dict[str, object]:
 
 def test_import_a_deepagents_folder_reporting_what_it_cannot_take(cli: Cli, tmp_path: Path) -> None:
     root = _deepagents(tmp_path / "deepagents")
-    (root / "coder" / "notes.txt").write_text("not markdown", encoding="utf-8")
+    (root / "coder" / "notes.txt").write_text("\ufeffany file with a valid name", encoding="utf-8")
     (root / "coder" / ".draft.md").write_text("hidden", encoding="utf-8")
     (root / "coder" / "latin1.md").write_bytes("caf\xe9".encode("latin-1"))
     (root / "coder" / "huge.md").write_bytes(b"x" * 4001)  # over 4 bytes x agent_doc_max_chars 1000
@@ -82,7 +102,7 @@ def test_import_a_deepagents_folder_reporting_what_it_cannot_take(cli: Cli, tmp_
     result = capped("agent-doc", "import", str(root))
     assert result.returncode == EXIT_INVALID_ITEMS, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "imported: 4  unchanged: 0  invalid: 5  skipped: 2"
+    assert lines[0] == "imported: 5  unchanged: 0  invalid: 5  skipped: 1"
     reasons = {line.split(": ", 1)[0].strip(): line.split(": ", 1)[1] for line in lines[1:]}
     coder = root / "coder"
     assert reasons.pop(f"invalid {root / 'bad agent'}").startswith("Invalid agent_name 'bad agent'")
@@ -92,15 +112,16 @@ def test_import_a_deepagents_folder_reporting_what_it_cannot_take(cli: Cli, tmp_
         f"invalid {coder / 'latin1.md'}": "not UTF-8 text (byte 3 is not valid)",
         f"invalid {coder / 'passwd.md'}": "a symbolic link out of the folder (not followed)",
         f"skipped {root / 'README.md'}": "not an agent's folder (FOLDER/<agent>/agent.md)",
-        f"skipped {coder / 'notes.txt'}": "not a Markdown (.md) file",
     }
 
     listed = cli.json("agent-doc", "list", "--agent", "coder")["documents"]
     assert [(doc["path"], doc["version"], doc["author"]) for doc in listed] == [
         ("/memories/agent.md", 1, "import"),
         ("/memories/inside.md", 1, "import"),  # a link within the folder is read
+        ("/memories/notes.txt", 1, "import"),
         ("/memories/projects/x.md", 1, "import"),
     ]
+    assert _shown(cli, "coder", "/memories/notes.txt")["content"] == "any file with a valid name"  # no BOM
     shown = cli("agent-doc", "show", "coder")
     assert shown.returncode == 0, shown.stderr
     assert shown.stdout == CODER_MAIN  # exactly as stored: `> FILE` keeps it
@@ -109,7 +130,7 @@ def test_import_a_deepagents_folder_reporting_what_it_cannot_take(cli: Cli, tmp_
     assert writer.stdout == WRITER_MAIN
     agents = cli.json("agent-doc", "list")["agents"]
     assert [(a["tenantId"], a["agentName"], a["userId"], a["documents"]) for a in agents] == [
-        ("default", "coder", None, 3),
+        ("default", "coder", None, 4),
         ("default", "writer", None, 1),
     ]
 
@@ -285,3 +306,220 @@ def test_show_is_exact_in_a_pipe_and_inert_on_a_terminal(cli: Cli, tmp_path: Pat
     code, _, terminal = run_on_terminal(cli.env, "agent-doc", "show", "coder", stdout_too=True)
     assert code == 0 and "likes [2J[31mred[0m\ntea 32m\tend" in terminal
     assert all(mark not in terminal for mark in ("\x1b[2J", "\x9b", "\u202e"))
+
+
+# In process, through click's runner: the same commands without a process each.
+
+Invoke = Callable[..., Result]
+CODER = DocScope("coder")
+
+
+@pytest.fixture
+def invoke(sql_url: str, isolated_config: MemoryConfig) -> Iterator[Invoke]:
+    isolated_config.database_url = sql_url
+    reset_agent_doc_stores()
+
+    def run(*args: str) -> Result:
+        return CliRunner().invoke(main, ["agent-doc", *args], catch_exceptions=False)
+
+    yield run
+    reset_agent_doc_stores()
+
+
+def _store(scope: DocScope, documents: dict[str, str]) -> None:
+    for path, text in documents.items():
+        write_doc(scope, path, text, expected_version=None, author="agent")
+
+
+def _tree(folder: Path) -> dict[str, bytes]:
+    """Every entry under ``folder``: files with their bytes, anything else as ``b"<link>"``/``b"<dir>"``."""
+    return {
+        str(path.relative_to(folder)): b"<link>"
+        if path.is_symlink()
+        else (b"<dir>" if path.is_dir() else path.read_bytes())
+        for path in sorted(folder.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize(
+    ("documents", "said"),
+    [
+        ({"/memories/a": "file", "/memories/a/b.md": "inside"}, "would be a file and the folder of"),
+        ({"/memories/A": "file", "/memories/a/b.md": "inside"}, "would be a file and the folder of"),
+        ({"/memories/Notes.md": "one", "/memories/notes.md": "two"}, "differ only in case"),
+    ],
+)
+def test_export_refuses_documents_one_folder_cannot_hold_before_writing_any(
+    invoke: Invoke, tmp_path: Path, documents: dict[str, str], said: str
+) -> None:
+    _store(CODER, {"/memories/agent.md": "main", **documents})
+    out = tmp_path / "out"
+    for extra in ((), ("--force",), ("--agent", "coder")):
+        result = invoke("export", str(out), *extra)
+        assert result.exit_code == 1 and said in result.stderr and "nothing was written" in result.stderr
+        assert not out.exists(), extra
+
+
+def test_export_never_writes_through_a_linked_folder(invoke: Invoke, tmp_path: Path) -> None:
+    _store(CODER, {"/memories/agent.md": "main", "/memories/projects/x.md": PROJECT})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for link in ("coder", "coder/projects"):
+        out = tmp_path / link.replace("/", "-")
+        (out / link).parent.mkdir(parents=True, exist_ok=True)
+        (out / link).symlink_to(elsewhere)
+        for force in ((), ("--force",)):
+            result = invoke("export", str(out), *force)
+            assert result.exit_code == 1, result.output
+            assert (
+                f"{out / link} is a symbolic link" in result.stderr and "nothing was written" in result.stderr
+            )
+        assert list(elsewhere.iterdir()) == []
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "projects").symlink_to(elsewhere)  # --agent: a link below FOLDER, FOLDER itself may be one
+    assert invoke("export", str(agent), "--agent", "coder", "--force").exit_code == 1
+    assert list(elsewhere.iterdir()) == [] and not (agent / "agent.md").exists()
+
+
+def test_export_replaces_each_file_whole_and_private(invoke: Invoke, tmp_path: Path) -> None:
+    _store(CODER, {"/memories/agent.md": CODER_MAIN, "/memories/projects/x.md": PROJECT})
+    out = tmp_path / "out"
+    (out / "coder").mkdir(parents=True)
+    victim, shared = tmp_path / "victim.md", tmp_path / "shared.md"
+    victim.write_text("not the agent's", encoding="utf-8")
+    shared.write_text("another name of the same file", encoding="utf-8")
+    (out / "coder" / "agent.md").symlink_to(victim)
+    (out / "coder" / "projects").mkdir()
+    os.link(shared, out / "coder" / "projects" / "x.md")  # a write in place would change shared.md
+
+    assert invoke("export", str(out)).exit_code == 1
+    result = invoke("export", str(out), "--force")
+    assert result.exit_code == 0, result.output
+    assert victim.read_text(encoding="utf-8") == "not the agent's"
+    assert shared.read_text(encoding="utf-8") == "another name of the same file"
+    assert _tree(out) == {  # no link, no temporary file left
+        "coder": b"<dir>",
+        "coder/agent.md": CODER_MAIN.encode(),
+        "coder/projects": b"<dir>",
+        "coder/projects/x.md": PROJECT.encode(),
+    }
+    assert {
+        oct((out / name).stat().st_mode & 0o777) for name in ("coder/agent.md", "coder/projects/x.md")
+    } == {"0o600"}
+
+
+def test_export_reads_each_text_as_it_writes_its_file(
+    invoke: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One document's text in memory at a time; one deleted before its turn is left out."""
+    _store(CODER, {"/memories/a.md": "a", "/memories/b.md": "b", "/memories/c.md": "c"})
+    out = tmp_path / "out"
+    on_disk: list[list[str]] = []
+
+    def read_as_written(scope: DocScope, path: str) -> AgentDocument:
+        on_disk.append(sorted(p.name for p in out.rglob("*.md")))
+        if path == "/memories/c.md":  # an agent deletes it while the export runs
+            delete_doc(scope, path, expected_version=None, author="agent")
+        return read_doc(scope, path)
+
+    monkeypatch.setattr(agent_doc_transfer, "read_doc", read_as_written)
+    result = invoke("export", str(out), "--agent", "coder")
+    assert result.exit_code == 0, result.output
+    assert on_disk == [[], ["a.md"], ["a.md", "b.md"]]
+    assert result.stderr == "not exported: /memories/c.md of coder was deleted meanwhile\n"
+    assert result.stdout == f"exported 2 document(s) of 1 agent(s) to {out}\n"
+
+
+def test_an_exported_folder_imports_back_unchanged_whatever_the_names(invoke: Invoke, tmp_path: Path) -> None:
+    documents = {
+        "/memories/agent.md": CODER_MAIN,
+        "/memories/notes.txt": "plain text",
+        "/memories/data/table.csv": "a,b\n1,2\n",
+        "/memories/README": "no extension",
+    }
+    _store(CODER, documents)
+    _store(DocScope("writer"), {"/memories/agent.md": WRITER_MAIN})
+    out = tmp_path / "out"
+    assert invoke("export", str(out)).exit_code == 0
+    again = invoke("import", str(out))
+    assert (
+        again.exit_code == 0
+        and again.stdout.splitlines()[0] == "imported: 0  unchanged: 5  invalid: 0  skipped: 0"
+    )
+    copied = invoke("import", str(out), "--tenant", "acme")
+    assert copied.exit_code == 0, copied.output
+    acme = DocScope("coder", tenant_id="acme")
+    assert {doc.path: read_doc(acme, doc.path).content for doc in list_docs(acme)} == documents
+
+    (out / "coder" / "crlf.md").write_bytes(b"\xef\xbb\xbfwritten\r\non Windows\r\n")
+    for counts in ("imported: 1  unchanged: 5", "imported: 0  unchanged: 6"):  # compared as stored
+        assert invoke("import", str(out)).stdout.startswith(counts)
+    assert read_doc(CODER, "/memories/crlf.md").content == "written\non Windows\n"
+
+
+def test_import_takes_one_folder_per_agent_name(invoke: Invoke, tmp_path: Path) -> None:
+    root = tmp_path / "agents"
+    for folder, text in (("Coder", "from Coder"), ("coder", "from coder")):
+        (root / folder).mkdir(parents=True)
+        (root / folder / "agent.md").write_text(text, encoding="utf-8")
+    result = invoke("import", str(root))
+    assert result.exit_code == EXIT_INVALID_ITEMS, result.output
+    assert result.stdout.splitlines() == [
+        "imported: 1  unchanged: 0  invalid: 1  skipped: 0",
+        f"  invalid {root / 'coder'}: the folder Coder is agent coder too (agent names ignore case): "
+        "nothing in this one was imported",
+    ]
+    stored = read_doc(CODER, "/memories/agent.md")
+    assert (stored.content, stored.version) == ("from Coder", 1)
+
+
+def test_import_never_overwrites_a_write_made_after_it_compared(
+    invoke: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent writes each document right after the import has read it (or found it missing)."""
+    _store(CODER, {"/memories/agent.md": "before"})
+    folder = tmp_path / "coder"
+    folder.mkdir()
+    (folder / "agent.md").write_text("the operator's", encoding="utf-8")
+    (folder / "new.md").write_text("the operator's", encoding="utf-8")
+
+    def read_then_agent_writes(scope: DocScope, path: str) -> AgentDocument:
+        try:
+            return read_doc(scope, path)
+        finally:
+            write_doc(scope, path, "the agent's", expected_version=None, author="agent")
+
+    monkeypatch.setattr(agent_doc_transfer, "read_doc", read_then_agent_writes)
+    result = invoke("import", str(folder), "--agent", "coder")
+    assert result.exit_code == EXIT_INVALID_ITEMS, result.output
+    assert result.stdout.splitlines() == [
+        "imported: 0  unchanged: 0  invalid: 2  skipped: 0",
+        f"  invalid {folder / 'agent.md'}: /memories/agent.md of coder changed during the import "
+        "(now version 2): not overwritten",
+        f"  invalid {folder / 'new.md'}: /memories/new.md of coder changed during the import "
+        "(now version 1): not overwritten",
+    ]
+    assert [(doc.path, doc.author) for doc in list_docs(CODER)] == [
+        ("/memories/agent.md", "agent"),
+        ("/memories/new.md", "agent"),
+    ]
+
+
+def test_show_finds_an_old_version_in_one_query(invoke: Invoke, isolated_config: MemoryConfig) -> None:
+    isolated_config.agent_doc_history_keep = 1000
+    for number in range(1, MAX_HISTORY_LIMIT + 2):
+        write_doc(CODER, MAIN_DOC_PATH, f"version {number}", expected_version=None, author="agent")
+    queries: list[str] = []
+
+    def seen(_conn: object, _cursor: object, statement: str, *_args: object) -> None:
+        if "memory_agent_document_versions" in statement and statement.lstrip().upper().startswith("SELECT"):
+            queries.append(statement)
+
+    event.listen(Engine, "before_cursor_execute", seen)
+    try:
+        result = invoke("show", "coder", "--version", "1")
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
+    assert result.exit_code == 0 and result.stdout == "version 1"
+    assert len(queries) == 1
