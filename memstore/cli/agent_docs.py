@@ -38,9 +38,11 @@ from memstore.ops.agent_docs import (
     MAX_HISTORY_LIMIT,
     doc_history,
     doc_summaries,
+    document_fields,
     erase_agent_docs,
     list_docs,
     read_doc,
+    version_fields,
     write_doc,
 )
 from memstore.ops.view import one_line
@@ -97,31 +99,11 @@ def scope_of(agent_name: str | None, user_id: str | None, tenant_id: str | None)
 
 
 def document_dict(doc: AgentDocument, scope: DocScope) -> dict[str, object]:
-    found: dict[str, object] = {
+    return {
         "agentName": scope.agent_name,
         "userId": scope.user_id,
         "tenantId": scope.tenant_id,
-        "path": doc.path,
-        "version": doc.version,
-        "chars": doc.chars,
-        "author": doc.author,
-        "actor": doc.actor,
-        "updatedAt": iso(doc.updated_at),
-    }
-    if doc.content is not None:
-        found["content"] = doc.content
-    return found
-
-
-def version_dict(entry: DocVersion) -> dict[str, object]:
-    return {
-        "path": entry.path,
-        "version": entry.version,
-        "action": entry.action,
-        "author": entry.author,
-        "actor": entry.actor,
-        "createdAt": iso(entry.created_at),
-        "content": entry.content,
+        **document_fields(doc),
     }
 
 
@@ -217,7 +199,7 @@ def show_command(
     else:
         entry = _version_of(scope, path, version)
         shown = {"agentName": scope.agent_name, "userId": scope.user_id, "tenantId": scope.tenant_id}
-        shown.update(version_dict(entry))
+        shown.update(version_fields(entry))
         about = f"version {version}, {entry.action} by {entry.author} {_when(entry.created_at)}"
     if as_json:
         echo_json(shown)
@@ -320,7 +302,9 @@ def history_command(
     scope = scope_of(agent_name, user_id, tenant_id)
     versions = doc_history(scope, path, limit=limit, offset=offset)
     if as_json:
-        echo_json({"versions": [version_dict(entry) for entry in versions], "limit": limit, "offset": offset})
+        echo_json(
+            {"versions": [version_fields(entry) for entry in versions], "limit": limit, "offset": offset}
+        )
         return
     rows = [
         (

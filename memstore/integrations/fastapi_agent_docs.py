@@ -48,13 +48,14 @@ from memstore.ops.agent_docs import (
     delete_doc,
     doc_history,
     doc_scope,
+    document_fields,
     edit_doc,
     list_docs,
     read_doc,
+    version_fields,
     write_doc,
 )
 from memstore.scope import AGENT_NAME_PATTERN
-from memstore.storage.records import iso
 
 SHARED_WRITER_ROLE = "admin"
 """The role that may change, and read the history of, an agent's documents shared by its users."""
@@ -112,27 +113,11 @@ _WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def _document(doc: AgentDocument) -> AgentDocumentResponse:
-    return AgentDocumentResponse(
-        path=doc.path,
-        version=doc.version,
-        chars=doc.chars,
-        author=doc.author,
-        actor=doc.actor,
-        updatedAt=iso(doc.updated_at) or "",
-        content=doc.content,
-    )
+    return AgentDocumentResponse.model_validate(document_fields(doc))
 
 
 def _version(entry: DocVersion) -> AgentDocumentVersionResponse:
-    return AgentDocumentVersionResponse(
-        path=entry.path,
-        version=entry.version,
-        action=entry.action,
-        author=entry.author,
-        actor=entry.actor,
-        createdAt=iso(entry.created_at) or "",
-        content=entry.content,
-    )
+    return AgentDocumentVersionResponse.model_validate(version_fields(entry))
 
 
 def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCaller]) -> None:

@@ -326,8 +326,8 @@ class AgentDocumentResponse(BaseModel):
     path: str = Field(description="Its virtual path, such as /memories/agent.md")
     version: int = Field(description="Bumped by every write; pass it as expected_version to change this one")
     chars: int
-    author: str = Field(description="Who wrote this version: agent, operator or import")
-    actor: str | None = Field(description="The user whose request wrote it (none for the CLI)")
+    author: str = Field(description="Who wrote this version: agent, user, operator or import")
+    actor: str | None = Field(description="The user whose request wrote it (none for the CLI or an import)")
     updatedAt: str
     content: str | None = Field(default=None, description="The whole text (not in listings)")
 
@@ -374,7 +374,7 @@ class AgentDocumentVersionResponse(BaseModel):
     path: str
     version: int
     action: str = Field(description="write, edit or delete")
-    author: str = Field(description="agent, operator or import")
+    author: str = Field(description="agent, user, operator or import")
     actor: str | None
     createdAt: str
     content: str | None = Field(description="The text this version left (null for a deletion)")

@@ -27,6 +27,7 @@ from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import AgentDocNotFoundError, ConfigError
 from memstore.scope import DEFAULT_TENANT_ID
 from memstore.storage.loader import load_storage_class
+from memstore.storage.records import iso
 from memstore.storage.sql.agent_docs.store import AgentDocStore
 from memstore.storage.sql.documents.provider import SqlMemoryStorage
 from memstore.storage.sql.engine import database_url_from_config
@@ -198,3 +199,31 @@ def erase_agent_docs(agent_name: str | None, tenant_id: str = DEFAULT_TENANT_ID)
     """Every document of the agent in the tenant, its users' too, with their history."""
     scope = DocScope(agent_name, None, tenant_id)  # validates both names
     return get_agent_doc_store().erase_agent(scope.tenant_id, scope.agent_name)
+
+
+def document_fields(doc: AgentDocument) -> dict[str, object]:
+    """A document as the CLI's JSON and the HTTP API show it (``content`` only when read)."""
+    fields: dict[str, object] = {
+        "path": doc.path,
+        "version": doc.version,
+        "chars": doc.chars,
+        "author": doc.author,
+        "actor": doc.actor,
+        "updatedAt": iso(doc.updated_at),
+    }
+    if doc.content is not None:
+        fields["content"] = doc.content
+    return fields
+
+
+def version_fields(entry: DocVersion) -> dict[str, object]:
+    """One version of a document as the CLI's JSON and the HTTP API show it."""
+    return {
+        "path": entry.path,
+        "version": entry.version,
+        "action": entry.action,
+        "author": entry.author,
+        "actor": entry.actor,
+        "createdAt": iso(entry.created_at),
+        "content": entry.content,
+    }
