@@ -13,6 +13,7 @@ from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sessions.loader import reset_session_stores
 from memstore.storage.sql.engine import dispose_engines
 from memstore.storage.sql.schema.migrate import upgrade
+from tests.support.faces import AsyncFace, Face, SyncFace
 from tests.support.openai_server import OpenAIStubServer, RunningServer
 from tests.support.postgres import fresh_database, server_url_or_skip
 from tests.support.redis_server import redis_url_or_skip
@@ -37,6 +38,16 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 def openai_server() -> Iterator[OpenAIStubServer]:
     with RunningServer() as server:
         yield server
+
+
+@pytest.fixture(params=["sync", "async"])
+def face(request: pytest.FixtureRequest) -> Iterator[Face]:
+    """memstore's API on one face, then the other: the shared sync/async contract suite."""
+    chosen: Face = SyncFace() if request.param == "sync" else AsyncFace()
+    try:
+        yield chosen
+    finally:
+        chosen.close()
 
 
 @pytest.fixture(scope="session")

@@ -14,13 +14,16 @@ across a call's batches); anything else, a non-JSON or HTML body included, is an
 
 from __future__ import annotations
 
+import asyncio
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from openai import APIConnectionError, APIStatusError, OpenAI, OpenAIError, omit
+from openai import APIConnectionError, APIStatusError, AsyncOpenAI, OpenAI, OpenAIError, omit
 
+from memstore.async_face import await_on_loop, running_loop
 from memstore.config import MemoryConfig
 from memstore.embedding.base import embeddable
 from memstore.embedding.vectors import normalized
@@ -57,11 +60,16 @@ class OpenAIEmbedder:
         # A query is embedded on the request path: leave memory_context half its time for the rest.
         self._query_timeout = min(config.embedding_timeout_seconds, config.memory_context_timeout_seconds / 2)
         secret = config.embedding_api_key or config.llm_api_key
-        self._client = OpenAI(
-            base_url=config.embedding_base_url or config.llm_base_url,
-            api_key=secret.get_secret_value() if secret else PLACEHOLDER_API_KEY,
-            timeout=config.embedding_timeout_seconds,
-            max_retries=0,
+        self._client_options: dict[str, Any] = {
+            "base_url": config.embedding_base_url or config.llm_base_url,
+            "api_key": secret.get_secret_value() if secret else PLACEHOLDER_API_KEY,
+            "timeout": config.embedding_timeout_seconds,
+            "max_retries": 0,
+        }
+        self._client = OpenAI(**self._client_options)
+        # The async face's clients: an async client's connections belong to the loop that opened them.
+        self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
+            weakref.WeakKeyDictionary()
         )
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
@@ -82,14 +90,19 @@ class OpenAIEmbedder:
         return first
 
     def _call(self, batch: list[str], *, timeout: float | None = None) -> list[list[float]]:
-        client = self._client if timeout is None else self._client.with_options(timeout=timeout)
+        request: dict[str, Any] = {
+            "model": self._name,
+            "input": [embeddable(text) for text in batch],
+            "encoding_format": "float",
+            "dimensions": self._dimensions if self._dimensions else omit,
+        }
         try:
-            reply = client.embeddings.create(
-                model=self._name,
-                input=[embeddable(text) for text in batch],
-                encoding_format="float",
-                dimensions=self._dimensions if self._dimensions else omit,
-            )
+            loop = running_loop()
+            if loop is None:
+                client = self._client if timeout is None else self._client.with_options(timeout=timeout)
+                reply = client.embeddings.create(**request)
+            else:
+                reply = await_on_loop(self._loop_client(loop, timeout).embeddings.create(**request))
             return self._vectors(reply.data, len(batch))
         except OpenAIError as exc:
             raise _failure(exc) from exc
@@ -99,6 +112,12 @@ class OpenAIEmbedder:
             raise EmbeddingError(
                 f"the embeddings endpoint sent a malformed reply: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _loop_client(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> AsyncOpenAI:
+        client = self._loop_clients.get(loop)
+        if client is None:
+            client = self._loop_clients[loop] = AsyncOpenAI(**self._client_options)
+        return client if timeout is None else client.with_options(timeout=timeout)
 
     def _vectors(self, data: Sequence[Any], count: int) -> list[list[float]]:
         """One finite vector per text, in input order, all of the expected length."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import TypeVar
 
+from memstore.async_face import bounded_here, running_loop
 from memstore.errors import StorageUnavailableError
 
 T = TypeVar("T")
@@ -27,12 +27,18 @@ class DeadlineExceededError(StorageUnavailableError):
 
 
 def within(seconds: float, call: Callable[[], T], *, doing: str) -> T:
-    """``call()``'s result, or ``DeadlineExceededError`` once ``seconds`` have passed."""
-    future = _executor.submit(contextvars.copy_context().run, call)
+    """``call()``'s result, or ``DeadlineExceededError`` once ``seconds`` have passed. On the async
+    face the call runs on the event loop instead of the pool (``memstore.async_face``)."""
     try:
-        return future.result(timeout=seconds)
-    except FutureTimeoutError:
-        future.cancel()
+        if running_loop() is not None:
+            return bounded_here(seconds, call)
+        future = _executor.submit(contextvars.copy_context().run, call)
+        try:
+            return future.result(timeout=seconds)
+        except TimeoutError:
+            future.cancel()
+            raise
+    except TimeoutError:
         raise DeadlineExceededError(
             f"the memory store did not answer within {seconds:g} s to {doing}"
         ) from None

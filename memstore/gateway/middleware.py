@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeoutError
+from contextlib import contextmanager
 from typing import Any
 
-from memstore.capture.conversation import capture_conversation
+from memstore.async_face import bounded_on_loop
+from memstore.capture.conversation import ConversationContext, capture_conversation
 from memstore.config import MemoryConfig, get_memory_config, ignored_env_settings
 from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
 from memstore.gateway.ranking import injection_scores
-from memstore.gateway.session_hooks import EMPTY_CONTEXT, bounded, record_exchange
+from memstore.gateway.session_hooks import EMPTY_CONTEXT, abounded, bounded, record_exchange
 from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
 from memstore.inject.render import render_memory, wrap_memory_block
 from memstore.inject.session_context import SessionContext
@@ -93,17 +94,53 @@ class MemoryMiddleware:
             return
         if self._session_memory:
             self._record_exchange(config, messages, thread_id, user_id, tenant_id)
-        try:
-            effective_roles(roles)
-            context = capture_conversation(
-                messages,
-                thread_id=thread_id,
-                user_id=user_id or get_effective_user_id(),
-                agent_name=self._agent_name,
-                tenant_id=validate_tenant_id(effective_tenant(tenant_id)),
-            )
+        with self._queue_failures():
+            context = self._captured(messages, thread_id, user_id, tenant_id, roles)
             if context is not None:
                 get_memory_queue().submit(context)
+
+    async def aafter_agent(
+        self,
+        messages: Iterable[Any],
+        *,
+        thread_id: str,
+        user_id: str | None = None,
+        tenant_id: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> None:
+        """``after_agent`` on the async face: the queue row (and the session's turn) are written on
+        the event loop with the async driver, within the same bounds, no thread held."""
+        config = self._current_config()
+        if not config.enabled or not thread_id:
+            return
+        if self._session_memory:
+            await self._arecord_exchange(config, messages, thread_id, user_id, tenant_id)
+        with self._queue_failures():
+            context = self._captured(messages, thread_id, user_id, tenant_id, roles)
+            if context is not None:
+                await get_memory_queue().asubmit(context)
+
+    def _captured(
+        self,
+        messages: Iterable[Any],
+        thread_id: str,
+        user_id: str | None,
+        tenant_id: str | None,
+        roles: Iterable[str] | None,
+    ) -> ConversationContext | None:
+        effective_roles(roles)
+        return capture_conversation(
+            messages,
+            thread_id=thread_id,
+            user_id=user_id or get_effective_user_id(),
+            agent_name=self._agent_name,
+            tenant_id=validate_tenant_id(effective_tenant(tenant_id)),
+        )
+
+    @contextmanager
+    def _queue_failures(self) -> Iterator[None]:
+        try:
+            yield
         except Exception as exc:
             # The exception's text may name the user or the thread (an invalid id): the class only.
             logger.error(
@@ -130,14 +167,27 @@ class MemoryMiddleware:
         config = self._current_config()
         if not config.enabled or not config.injection_enabled:
             return ""
-        try:
+        with _without_memory_on_failure():
             return self.read_memory_context(user_id=user_id, query=query, tenant_id=tenant_id, roles=roles)
-        except SETUP_ERRORS:
-            raise
-        except StorageUnavailableError as exc:
-            logger.warning("memory store unavailable; continuing without memory: %s", exc)
-        except Exception:
-            logger.exception("could not build the memory context; continuing without memory")
+        return ""
+
+    async def amemory_context(
+        self,
+        *,
+        user_id: str | None = None,
+        query: str | None = None,
+        tenant_id: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> str:
+        """``memory_context`` on the async face (``memstore.async_face``): the same reads, ranking
+        and failure policy, run on the event loop with the async driver instead of a pool thread."""
+        config = self._current_config()
+        if not config.enabled or not config.injection_enabled:
+            return ""
+        with _without_memory_on_failure():
+            return await self.aread_memory_context(
+                user_id=user_id, query=query, tenant_id=tenant_id, roles=roles
+            )
         return ""
 
     def _record_exchange(
@@ -148,29 +198,62 @@ class MemoryMiddleware:
         user_id: str | None,
         tenant_id: str | None,
     ) -> None:
+        call = self._exchange_recorder(config, messages, session_id, user_id, tenant_id)
+        if call is not None:
+            bounded(
+                _CONTEXT_EXECUTOR,
+                config,
+                call,
+                doing="record the session turn",
+                fallback=None,
+                setup_errors=SETUP_ERRORS,
+                logger=logger,
+            )
+
+    async def _arecord_exchange(
+        self,
+        config: MemoryConfig,
+        messages: Iterable[Any],
+        session_id: str,
+        user_id: str | None,
+        tenant_id: str | None,
+    ) -> None:
+        call = self._exchange_recorder(config, messages, session_id, user_id, tenant_id)
+        if call is not None:
+            await abounded(
+                config,
+                call,
+                doing="record the session turn",
+                fallback=None,
+                setup_errors=SETUP_ERRORS,
+                logger=logger,
+            )
+
+    def _exchange_recorder(
+        self,
+        config: MemoryConfig,
+        messages: Iterable[Any],
+        session_id: str,
+        user_id: str | None,
+        tenant_id: str | None,
+    ) -> Callable[[], None] | None:
+        """The call that records the exchange, with the identity resolved on the request; ``None``
+        (logged) when the identity is invalid."""
         try:
             user, tenant = user_id or get_effective_user_id(), validate_tenant_id(effective_tenant(tenant_id))
         except Exception as exc:
             logger.error(
                 "could not record the session turn (agent %s): %s", self._agent_name, queue_failure(exc)
             )
-            return
+            return None
         history = list(messages)
-        bounded(
-            _CONTEXT_EXECUTOR,
-            config,
-            lambda: record_exchange(
-                history,
-                config=config,
-                session_id=session_id,
-                user_id=user,
-                agent_name=self._agent_name,
-                tenant_id=tenant,
-            ),
-            doing="record the session turn",
-            fallback=None,
-            setup_errors=SETUP_ERRORS,
-            logger=logger,
+        return lambda: record_exchange(
+            history,
+            config=config,
+            session_id=session_id,
+            user_id=user,
+            agent_name=self._agent_name,
+            tenant_id=tenant,
         )
 
     def session_context(
@@ -187,18 +270,47 @@ class MemoryMiddleware:
         config = self._current_config()
         if not config.enabled:
             return EMPTY_CONTEXT
-        user = user_id or get_effective_user_id()
-        tenant = effective_tenant(tenant_id)
+        call = self._session_reader(session_id, user_id, tenant_id, max_tokens)
         return bounded(
             _CONTEXT_EXECUTOR,
             config,
-            lambda: sessions.session_context(
-                user, session_id, agent_name=self._agent_name, tenant_id=tenant, max_tokens=max_tokens
-            ),
+            call,
             doing="read the session",
             fallback=EMPTY_CONTEXT,
             setup_errors=SETUP_ERRORS,
             logger=logger,
+        )
+
+    async def asession_context(
+        self,
+        *,
+        session_id: str,
+        user_id: str | None = None,
+        tenant_id: str | None = None,
+        max_tokens: int | None = None,
+    ) -> SessionContext:
+        """``session_context`` on the async face."""
+        config = self._current_config()
+        if not config.enabled:
+            return EMPTY_CONTEXT
+        call = self._session_reader(session_id, user_id, tenant_id, max_tokens)
+        return await abounded(
+            config,
+            call,
+            doing="read the session",
+            fallback=EMPTY_CONTEXT,
+            setup_errors=SETUP_ERRORS,
+            logger=logger,
+        )
+
+    def _session_reader(
+        self, session_id: str, user_id: str | None, tenant_id: str | None, max_tokens: int | None
+    ) -> Callable[[], SessionContext]:
+        # The identity is resolved here: neither the pool thread nor the greenlet sees it otherwise.
+        user = user_id or get_effective_user_id()
+        tenant = effective_tenant(tenant_id)
+        return lambda: sessions.session_context(
+            user, session_id, agent_name=self._agent_name, tenant_id=tenant, max_tokens=max_tokens
         )
 
     def read_memory_context(
@@ -218,19 +330,33 @@ class MemoryMiddleware:
         """
         config = self._current_config()
         timeout = config.memory_context_timeout_seconds
-        # The identity is resolved here: the pool thread does not see the request's ContextVar.
-        identity = Identity.of(
-            user_id or get_effective_user_id(),
-            tenant_id=effective_tenant(tenant_id),
-            roles=effective_roles(roles),
-        )
+        identity = _identity(user_id, tenant_id, roles)
         deadline = time.monotonic() + timeout
         future = _CONTEXT_EXECUTOR.submit(self._render, config, identity, query, deadline)
         try:
             return future.result(timeout=timeout)
-        except FutureTimeoutError as exc:
+        except TimeoutError as exc:
             future.cancel()
-            raise StorageUnavailableError(f"memory context took longer than {timeout:.1f} s") from exc
+            raise _too_slow(timeout) from exc
+
+    async def aread_memory_context(
+        self,
+        *,
+        user_id: str | None = None,
+        query: str | None = None,
+        tenant_id: str | None = None,
+        roles: Iterable[str] | None = None,
+    ) -> str:
+        """``read_memory_context`` on the async face: the render runs on the event loop and is
+        cancelled (its reads abandoned) after ``memory_context_timeout_seconds``."""
+        config = self._current_config()
+        timeout = config.memory_context_timeout_seconds
+        identity = _identity(user_id, tenant_id, roles)
+        deadline = time.monotonic() + timeout
+        try:
+            return await bounded_on_loop(timeout, self._render, config, identity, query, deadline)
+        except TimeoutError as exc:
+            raise _too_slow(timeout) from exc
 
     def _render(self, config: MemoryConfig, identity: Identity, query: str | None, deadline: float) -> str:
         """Load, rank, render, and count an access of exactly the own facts the block shows."""
@@ -253,6 +379,32 @@ class MemoryMiddleware:
         if fact_ids:
             storage.record_access(self._agent_name, user_id=user_id, fact_ids=fact_ids)
         return wrap_memory_block(text)
+
+
+def _identity(user_id: str | None, tenant_id: str | None, roles: Iterable[str] | None) -> Identity:
+    """The caller's identity, resolved on the request: the pool thread does not see its ContextVar."""
+    return Identity.of(
+        user_id or get_effective_user_id(),
+        tenant_id=effective_tenant(tenant_id),
+        roles=effective_roles(roles),
+    )
+
+
+def _too_slow(timeout: float) -> StorageUnavailableError:
+    return StorageUnavailableError(f"memory context took longer than {timeout:.1f} s")
+
+
+@contextmanager
+def _without_memory_on_failure() -> Iterator[None]:
+    """A failed read costs the turn its memory (logged), never the request; a setup error is raised."""
+    try:
+        yield
+    except SETUP_ERRORS:
+        raise
+    except StorageUnavailableError as exc:
+        logger.warning("memory store unavailable; continuing without memory: %s", exc)
+    except Exception:
+        logger.exception("could not build the memory context; continuing without memory")
 
 
 def _visible_facts(

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from memstore.async_face import bounded_here, running_loop
 from memstore.config import MemoryConfig
 from memstore.document import MemoryDocument
 from memstore.embedding import Embedder
@@ -173,6 +174,13 @@ def relevance_scores(
 
 
 def _embed_query(embedder: Embedder, query: str, deadline: float) -> np.ndarray:
+    if running_loop() is not None:
+        try:
+            return bounded_here(deadline, embedder.embed_query, query)
+        except TimeoutError:
+            raise EmbeddingUnavailableError(
+                f"the query's embedding took longer than {deadline:.2f} s"
+            ) from None
     future = _QUERY_EXECUTOR.submit(embedder.embed_query, query)
     try:
         return future.result(timeout=deadline)

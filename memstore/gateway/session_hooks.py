@@ -10,11 +10,12 @@ instead of raising it, except a setup error that no retry fixes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
-from concurrent.futures import TimeoutError as FutureTimeoutError
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from memstore.async_face import bounded_on_loop
 from memstore.capture.filtering import filter_messages_for_memory, memory_turns
 from memstore.config import MemoryConfig
 from memstore.errors import SessionLimitError, StorageUnavailableError
@@ -52,18 +53,46 @@ def bounded(
     on a timeout or failure, a setup error raised."""
     timeout = config.memory_context_timeout_seconds
     future = executor.submit(call)
+    with _logged(timeout, doing, setup_errors, logger):
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError:
+            future.cancel()
+            raise
+    return fallback
+
+
+async def abounded(
+    config: MemoryConfig,
+    call: Callable[[], T],
+    *,
+    doing: str,
+    fallback: T,
+    setup_errors: tuple[type[Exception], ...],
+    logger: Any,
+) -> T:
+    """``bounded`` on the async face: ``call()`` on the event loop (``memstore.async_face``)."""
+    timeout = config.memory_context_timeout_seconds
+    with _logged(timeout, doing, setup_errors, logger):
+        return await bounded_on_loop(timeout, call)
+    return fallback
+
+
+@contextmanager
+def _logged(
+    timeout: float, doing: str, setup_errors: tuple[type[Exception], ...], logger: Any
+) -> Iterator[None]:
+    """Log and swallow what a session call may fail with; a setup error is raised."""
     try:
-        return future.result(timeout=timeout)
+        yield
     except setup_errors:
         raise
-    except FutureTimeoutError:
-        future.cancel()
+    except TimeoutError:
         logger.warning("session store took longer than %.1f s to %s; continuing without it", timeout, doing)
     except (StorageUnavailableError, SessionLimitError) as exc:
         logger.warning("could not %s: %s", doing, exc)
     except Exception as exc:
         logger.error("could not %s: %s", doing, type(exc).__name__)
-    return fallback
 
 
 def record_exchange(

@@ -25,11 +25,13 @@ import logging
 import math
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeoutError
 from typing import Any
 
+import httpx2
+
+from memstore.async_face import await_on_loop, bounded_here, running_loop
 from memstore.config import MemoryConfig
 from memstore.inject.relevance import MAX_QUERY_CHARS
 from memstore.inject.rerank_llm import RerankReplyError, completed, llm_order
@@ -67,11 +69,9 @@ def rerank_order(
         return unchanged
     top = min(config.rerank_top_n, len(texts))
     call = _endpoint_order if config.rerank == "endpoint" else llm_order
-    future = _EXECUTOR.submit(call, query[:MAX_QUERY_CHARS], list(texts[:top]), config, seconds)
     try:
-        order = future.result(timeout=seconds)
-    except FutureTimeoutError:
-        future.cancel()
+        order = _ordered(call, query[:MAX_QUERY_CHARS], list(texts[:top]), config, seconds)
+    except TimeoutError:
         logger.warning("rerank (%s) took longer than %.2f s; the fused order stands", config.rerank, seconds)
         return unchanged
     except Exception as exc:
@@ -80,11 +80,29 @@ def rerank_order(
     return [*order, *range(top, len(texts))]
 
 
+def _ordered(
+    call: Callable[[str, list[str], MemoryConfig, float], list[int]],
+    query: str,
+    texts: list[str],
+    config: MemoryConfig,
+    seconds: float,
+) -> list[int]:
+    """``call`` given up after ``seconds`` (``TimeoutError``): on the pool, or on the async face's loop."""
+    if running_loop() is not None:
+        return bounded_here(seconds, call, query, texts, config, seconds)
+    future = _EXECUTOR.submit(call, query, texts, config, seconds)
+    try:
+        return future.result(timeout=seconds)
+    except TimeoutError:
+        future.cancel()
+        raise
+
+
 def _reason(exc: Exception) -> str:
     """The failure, with an HTTP error's status only: its body might echo the candidates."""
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code}"
-    status = getattr(exc, "status_code", None)
+    status = getattr(exc, "status_code", getattr(getattr(exc, "response", None), "status_code", None))
     if isinstance(status, int):
         return f"HTTP {status}"
     return f"{type(exc).__name__}: {str(exc)[:200]}"
@@ -98,11 +116,13 @@ def _endpoint_order(query: str, texts: list[str], config: MemoryConfig, timeout:
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if config.rerank_api_key is not None:
         headers["Authorization"] = f"Bearer {config.rerank_api_key.get_secret_value()}"
-    request = urllib.request.Request(
-        base_url + "/rerank", data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as response:
-        raw = response.read(MAX_REPLY_BYTES + 1)
+    data = json.dumps(body).encode("utf-8")
+    if running_loop() is not None:
+        raw = await_on_loop(_posted(base_url + "/rerank", data, headers, timeout))
+    else:
+        request = urllib.request.Request(base_url + "/rerank", data=data, headers=headers, method="POST")
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read(MAX_REPLY_BYTES + 1)
     if len(raw) > MAX_REPLY_BYTES:
         raise RerankReplyError(f"the reply is longer than {MAX_REPLY_BYTES:,} bytes")
     try:
@@ -110,6 +130,22 @@ def _endpoint_order(query: str, texts: list[str], config: MemoryConfig, timeout:
     except ValueError:
         raise RerankReplyError("the reply is not JSON") from None
     return scored_order(reply, len(texts))
+
+
+async def _posted(url: str, data: bytes, headers: dict[str, str], timeout: float) -> bytes:
+    """The async face's POST: the reply's first ``MAX_REPLY_BYTES + 1`` bytes; an error status
+    raises, as ``urlopen`` does."""
+    raw = b""
+    async with (
+        httpx2.AsyncClient(timeout=timeout) as client,
+        client.stream("POST", url, content=data, headers=headers) as response,
+    ):
+        response.raise_for_status()
+        async for chunk in response.aiter_bytes():
+            raw += chunk
+            if len(raw) > MAX_REPLY_BYTES:
+                break
+    return raw[: MAX_REPLY_BYTES + 1]
 
 
 def scored_order(reply: object, count: int) -> list[int]:

@@ -8,8 +8,9 @@ default tenant; an invalid one is a 400) and roles (which decide whether it may 
 public facts: 403 without ``editor`` or ``admin``). A fact id that is not in the caller's scope is
 a 404, whoever else owns it.
 
-Handlers are plain functions: FastAPI runs them in its thread pool, so blocking database I/O
-never stalls the event loop.
+Handlers are coroutines on memstore's async face (``memstore.async_face``): the database is reached
+through the async driver on the event loop, so a request holds no thread and a slow database holds
+no pool. The errors, caps and identity are the sync API's: it is the same core.
 
 The ``/sessions`` routes (``fastapi_sessions.py``) keep the caller's short-term session memory,
 under the same identity; the ``/agents/{agent_name}`` routes (``fastapi_agent_docs.py``) read and
@@ -34,6 +35,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the extra
     raise ImportError("memstore.integrations.fastapi needs FastAPI: pip install 'memstore[server]'") from exc
 
+from memstore.async_face import run_on_loop
 from memstore.config import get_memory_config
 from memstore.document import MAX_CATEGORY_CHARS, MAX_FACT_CHARS, MemoryDocument
 from memstore.errors import InvalidScopeError
@@ -179,7 +181,11 @@ def _with_retention(facts: list[dict[str, Any]], caller: Caller) -> list[dict[st
     return with_retention(facts, user_id=caller.user_id, storage=storage)
 
 
-def _embed_import(caller: Caller) -> None:
+async def _embed_import(caller: Caller) -> None:
+    await run_on_loop(_embed_imported, caller)
+
+
+def _embed_imported(caller: Caller) -> None:
     """After ``POST /import`` has answered: embed the caller's facts that lack a vector.
 
     It runs after the response, so a large import is not held up by the model; a failure is a
@@ -229,7 +235,7 @@ def create_memory_router(
     """
     router = APIRouter(prefix=prefix, tags=["memory"], route_class=MemoryRoute)
 
-    def caller_of(
+    async def caller_of(
         owner: Annotated[str, Depends(current_user_id)],
         tenant: Annotated[str | None, Depends(current_tenant_id or _no_tenant)],
         roles: Annotated[Iterable[str] | None, Depends(current_roles or _no_roles)],
@@ -251,31 +257,31 @@ def create_memory_router(
     }
 
     @router.get("", summary="Get the caller's memory", **document_route)
-    def get_memory(owner: Owner) -> MemoryResponse:
+    async def get_memory(owner: Owner) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(get_memory_data(**owner.scope), owner)
+            return await run_on_loop(lambda: _memory(get_memory_data(**owner.scope), owner))
 
     @router.post("/reload", summary="Re-read the caller's memory from the database", **document_route)
-    def reload_memory(owner: Owner) -> MemoryResponse:
+    async def reload_memory(owner: Owner) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(reload_memory_data(**owner.scope), owner)
+            return await run_on_loop(lambda: _memory(reload_memory_data(**owner.scope), owner))
 
     @router.delete("", summary="Erase the caller's memory", **document_route)
-    def clear_memory(owner: Owner) -> MemoryResponse:
+    async def clear_memory(owner: Owner) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(clear_memory_data(**owner.scope), owner)
+            return await run_on_loop(lambda: _memory(clear_memory_data(**owner.scope), owner))
 
     @router.get("/export", summary="Export the caller's memory document", **document_route)
-    def export_memory(owner: Owner) -> MemoryResponse:
+    async def export_memory(owner: Owner) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(get_memory_data(**owner.scope), owner)
+            return await run_on_loop(lambda: _memory(get_memory_data(**owner.scope), owner))
 
     @router.post(
         "/import",
         summary="Replace the caller's memory with a document",
         **{**document_route, "responses": {**_ERRORS, **_FORBIDDEN}},
     )
-    def import_memory(
+    async def import_memory(
         document: MemoryImportRequest,
         owner: Owner,
         background: BackgroundTasks,
@@ -283,8 +289,9 @@ def create_memory_router(
             bool, Query(description="Embed the imported facts after the response (semantic search needs it)")
         ] = True,
     ) -> MemoryResponse:
+        given = document.model_dump(exclude_none=True)
         with mapped_errors(owner.user_id):
-            stored = _memory(import_memory_data(document.model_dump(exclude_none=True), **owner.scope), owner)
+            stored = await run_on_loop(lambda: _memory(import_memory_data(given, **owner.scope), owner))
         if embed:
             background.add_task(_embed_import, owner)
         return stored
@@ -296,7 +303,7 @@ def create_memory_router(
         response_model_exclude_none=True,
         responses=_ERRORS,
     )
-    def search_facts(
+    async def search_facts(
         owner: Owner,
         q: Annotated[
             str,
@@ -312,8 +319,11 @@ def create_memory_router(
         ] = "fulltext",
     ) -> list[Fact]:
         with mapped_errors(owner.user_id):
-            found = search_memory_facts(q, category, limit, mode=mode, **owner.scope)
-            shown = _with_retention(found, owner)
+            shown = await run_on_loop(
+                lambda: _with_retention(
+                    search_memory_facts(q, category, limit, mode=mode, **owner.scope), owner
+                )
+            )
         return [Fact.model_validate(fact) for fact in shown]
 
     @router.post(
@@ -323,20 +333,22 @@ def create_memory_router(
         response_model_exclude_none=True,
         responses={**_ERRORS, **_FORBIDDEN, **_CONFLICT},
     )
-    def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
+    async def create_fact(request: FactCreateRequest, owner: Owner) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(
-                create_memory_fact(
-                    request.content,
-                    request.category,
-                    request.confidence,
-                    visibility=request.visibility,
-                    allowed_users=request.allowed_users,
-                    allowed_roles=request.allowed_roles,
-                    **_record_fields(request),
-                    **owner.scope,
-                ),
-                owner,
+            return await run_on_loop(
+                lambda: _memory(
+                    create_memory_fact(
+                        request.content,
+                        request.category,
+                        request.confidence,
+                        visibility=request.visibility,
+                        allowed_users=request.allowed_users,
+                        allowed_roles=request.allowed_roles,
+                        **_record_fields(request),
+                        **owner.scope,
+                    ),
+                    owner,
+                )
             )
 
     @router.patch(
@@ -346,21 +358,23 @@ def create_memory_router(
         response_model_exclude_none=True,
         responses={**_ERRORS, **_FORBIDDEN, **_NOT_FOUND, **_CONFLICT},
     )
-    def update_fact(fact_id: str, request: FactPatchRequest, owner: Owner) -> MemoryResponse:
+    async def update_fact(fact_id: str, request: FactPatchRequest, owner: Owner) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(
-                update_memory_fact(
-                    fact_id,
-                    content=request.content,
-                    category=request.category,
-                    confidence=request.confidence,
-                    visibility=request.visibility,
-                    allowed_users=request.allowed_users,
-                    allowed_roles=request.allowed_roles,
-                    **_record_fields(request),
-                    **owner.scope,
-                ),
-                owner,
+            return await run_on_loop(
+                lambda: _memory(
+                    update_memory_fact(
+                        fact_id,
+                        content=request.content,
+                        category=request.category,
+                        confidence=request.confidence,
+                        visibility=request.visibility,
+                        allowed_users=request.allowed_users,
+                        allowed_roles=request.allowed_roles,
+                        **_record_fields(request),
+                        **owner.scope,
+                    ),
+                    owner,
+                )
             )
 
     @router.delete(
@@ -370,9 +384,9 @@ def create_memory_router(
         response_model_exclude_none=True,
         responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT},
     )
-    def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
+    async def delete_fact(fact_id: str, owner: Owner) -> MemoryResponse:
         with mapped_errors(owner.user_id):
-            return _memory(delete_memory_fact(fact_id, **owner.scope), owner)
+            return await run_on_loop(lambda: _memory(delete_memory_fact(fact_id, **owner.scope), owner))
 
     @router.get(
         "/config",
@@ -390,9 +404,10 @@ def create_memory_router(
         response_model_exclude_none=True,
         responses=_ERRORS,
     )
-    def memory_status(owner: Owner) -> MemoryStatusResponse:
+    async def memory_status(owner: Owner) -> MemoryStatusResponse:
         with mapped_errors(owner.user_id):
-            return MemoryStatusResponse(config=_config(), data=_memory(get_memory_data(**owner.scope), owner))
+            data = await run_on_loop(lambda: _memory(get_memory_data(**owner.scope), owner))
+        return MemoryStatusResponse(config=_config(), data=data)
 
     add_session_routes(router, caller_of)
     add_agent_doc_routes(router, caller_of)

@@ -28,6 +28,7 @@ from typing import Annotated, Any, Protocol
 from fastapi import APIRouter, Depends, Path, Query
 
 from memstore.agent_doc import DOC_ROOT, AgentDocument, DocScope, DocVersion
+from memstore.async_face import run_on_loop
 from memstore.errors import AccessDeniedError
 from memstore.integrations.fastapi_errors import mapped_errors
 from memstore.integrations.fastapi_models import (
@@ -120,7 +121,7 @@ def _version(entry: DocVersion) -> AgentDocumentVersionResponse:
     return AgentDocumentVersionResponse.model_validate(version_fields(entry))
 
 
-def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCaller]) -> None:
+def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., Any]) -> None:
     """Add the ``/agents/{agent_name}`` document routes over ``current_owner`` (the memory router's
     caller dependency) to ``router``."""
     Owner = Annotated[DocCaller, Depends(current_owner)]
@@ -148,14 +149,14 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCall
         response_model_exclude_none=True,
         responses=_ERRORS,
     )
-    def list_agent_documents(
+    async def list_agent_documents(
         agent_name: AgentName,
         owner: Owner,
         folder: Annotated[str, Query(description="Only the documents under this folder")] = DOC_ROOT,
     ) -> AgentDocumentListResponse:
         with mapped_errors(owner.user_id):
             docs = scope(agent_name, owner)
-            found = list_docs(docs, folder, actor=owner.user_id)
+            found = await run_on_loop(list_docs, docs, folder, actor=owner.user_id)
         return AgentDocumentListResponse(
             agentName=docs.agent_name or agent_name, documents=[_document(doc) for doc in found]
         )
@@ -166,16 +167,19 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCall
         response_model=AgentDocumentResponse,
         responses={**_ERRORS, **_NOT_FOUND},
     )
-    def read_agent_document(agent_name: AgentName, path: DocPath, owner: Owner) -> AgentDocumentResponse:
+    async def read_agent_document(
+        agent_name: AgentName, path: DocPath, owner: Owner
+    ) -> AgentDocumentResponse:
         with mapped_errors(owner.user_id):
-            return _document(read_doc(scope(agent_name, owner), path, actor=owner.user_id))
+            return _document(await run_on_loop(read_doc, scope(agent_name, owner), path, actor=owner.user_id))
 
-    def write_agent_document(
+    async def write_agent_document(
         agent_name: AgentName, path: DocPath, request: AgentDocumentWriteRequest, owner: Owner
     ) -> AgentDocumentResponse:
         with mapped_errors(owner.user_id):
             docs, author = changing(agent_name, owner)
-            written = write_doc(
+            written = await run_on_loop(
+                write_doc,
                 docs,
                 path,
                 request.content,
@@ -185,12 +189,13 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCall
             )
         return _document(written)
 
-    def edit_agent_document(
+    async def edit_agent_document(
         agent_name: AgentName, path: DocPath, request: AgentDocumentEditRequest, owner: Owner
     ) -> AgentDocumentResponse:
         with mapped_errors(owner.user_id):
             docs, author = changing(agent_name, owner)
-            edited = edit_doc(
+            edited = await run_on_loop(
+                edit_doc,
                 docs,
                 path,
                 request.old_string,
@@ -221,7 +226,7 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCall
         response_model=AgentDocumentDeletedResponse,
         responses={**_ERRORS, **_NOT_FOUND, **_CONFLICT, **_FORBIDDEN},
     )
-    def delete_agent_document(
+    async def delete_agent_document(
         agent_name: AgentName,
         path: DocPath,
         owner: Owner,
@@ -231,7 +236,8 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCall
     ) -> AgentDocumentDeletedResponse:
         with mapped_errors(owner.user_id):
             docs, author = changing(agent_name, owner)
-            version = delete_doc(
+            version = await run_on_loop(
+                delete_doc,
                 docs,
                 path,
                 expected_version=expected_version,
@@ -246,7 +252,7 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCall
         response_model=AgentDocumentHistoryResponse,
         responses={**_ERRORS, **_FORBIDDEN},
     )
-    def agent_document_history(
+    async def agent_document_history(
         agent_name: AgentName,
         owner: Owner,
         path: Annotated[str | None, Query(description="One document (default: every one)")] = None,
@@ -254,7 +260,9 @@ def add_agent_doc_routes(router: APIRouter, current_owner: Callable[..., DocCall
         offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     ) -> AgentDocumentHistoryResponse:
         with mapped_errors(owner.user_id):
-            versions = doc_history(changing(agent_name, owner)[0], path, limit=limit, offset=offset)
+            versions = await run_on_loop(
+                doc_history, changing(agent_name, owner)[0], path, limit=limit, offset=offset
+            )
         return AgentDocumentHistoryResponse(
             versions=[_version(entry) for entry in versions], limit=limit, offset=offset
         )

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 
+from memstore.async_face import run_on_loop
 from memstore.gateway.session_tools import MAX_CONTEXT_TOKENS, MAX_LIST_OFFSET
 from memstore.integrations.fastapi_errors import LIMIT_HEADER, MemoryRoute, mapped_errors
 from memstore.integrations.fastapi_models import (
@@ -116,7 +117,7 @@ def _not_found(session_id: str) -> HTTPException:
     return HTTPException(404, f"Session '{session_id}' not found.")
 
 
-def add_session_routes(router: APIRouter, current_owner: Callable[..., SessionOwner]) -> None:
+def add_session_routes(router: APIRouter, current_owner: Callable[..., Any]) -> None:
     """Add the ``/sessions`` routes over ``current_owner``'s sessions (a dependency of the memory
     router) to ``router``; they are its own routes, so ``router.routes`` lists them."""
     Owner = Annotated[SessionOwner, Depends(current_owner)]
@@ -127,13 +128,15 @@ def add_session_routes(router: APIRouter, current_owner: Callable[..., SessionOw
         response_model=SessionListResponse,
         responses=_ERRORS,
     )
-    def list_caller_sessions(
+    async def list_caller_sessions(
         owner: Owner,
         limit: Annotated[int, Query(ge=1, le=MAX_LIST_LIMIT)] = 100,
         offset: Annotated[int, Query(ge=0, le=MAX_LIST_OFFSET)] = 0,
     ) -> SessionListResponse:
         with mapped_errors(owner.user_id):
-            found = list_sessions(owner.user_id, tenant_id=owner.tenant_id, limit=limit, offset=offset)
+            found = await run_on_loop(
+                list_sessions, owner.user_id, tenant_id=owner.tenant_id, limit=limit, offset=offset
+            )
         return SessionListResponse.model_validate(
             {"sessions": [info_dict(info) for info in found], "limit": limit, "offset": offset}
         )
@@ -145,9 +148,11 @@ def add_session_routes(router: APIRouter, current_owner: Callable[..., SessionOw
         response_model_exclude_unset=True,
         responses={**_ERRORS, **_NOT_FOUND},
     )
-    def show_session(session_id: SessionId, owner: Owner) -> SessionResponse:
+    async def show_session(session_id: SessionId, owner: Owner) -> SessionResponse:
         with mapped_errors(owner.user_id):
-            info, turns = read_session(owner.user_id, session_id, tenant_id=owner.tenant_id)
+            info, turns = await run_on_loop(
+                read_session, owner.user_id, session_id, tenant_id=owner.tenant_id
+            )
         if info is None:
             raise _not_found(session_id)
         return SessionResponse.model_validate(
@@ -160,7 +165,7 @@ def add_session_routes(router: APIRouter, current_owner: Callable[..., SessionOw
         response_model=SessionContextResponse,
         responses=_ERRORS,
     )
-    def session_prompt_context(
+    async def session_prompt_context(
         session_id: SessionId,
         owner: Owner,
         max_tokens: Annotated[
@@ -169,19 +174,21 @@ def add_session_routes(router: APIRouter, current_owner: Callable[..., SessionOw
         ] = None,
     ) -> SessionContextResponse:
         with mapped_errors(owner.user_id):
-            context = session_context(
-                owner.user_id, session_id, tenant_id=owner.tenant_id, max_tokens=max_tokens
+            context = await run_on_loop(
+                session_context, owner.user_id, session_id, tenant_id=owner.tenant_id, max_tokens=max_tokens
             )
         return SessionContextResponse(
             messages=context.messages, summary=context.summary, omitted=context.omitted, tokens=context.tokens
         )
 
-    def append_session_turns(
+    async def append_session_turns(
         session_id: SessionId, request: SessionAppendRequest, owner: Owner
     ) -> SessionResponse:
         turns = [turn.model_dump(exclude_none=True) for turn in request.turns]
         with mapped_errors(owner.user_id):
-            appended = append_turns(owner.user_id, session_id, turns, tenant_id=owner.tenant_id)
+            appended = await run_on_loop(
+                append_turns, owner.user_id, session_id, turns, tenant_id=owner.tenant_id
+            )
         return SessionResponse.model_validate(
             {"session": info_dict(appended.info), "turns": [turn_dict(turn) for turn in appended.turns]}
         )
@@ -203,9 +210,9 @@ def add_session_routes(router: APIRouter, current_owner: Callable[..., SessionOw
         response_model=SessionClearedResponse,
         responses={**_ERRORS, **_NOT_FOUND},
     )
-    def clear_caller_session(session_id: SessionId, owner: Owner) -> SessionClearedResponse:
+    async def clear_caller_session(session_id: SessionId, owner: Owner) -> SessionClearedResponse:
         with mapped_errors(owner.user_id):
-            cleared = clear_session(owner.user_id, session_id, tenant_id=owner.tenant_id)
+            cleared = await run_on_loop(clear_session, owner.user_id, session_id, tenant_id=owner.tenant_id)
         if not cleared:
             raise _not_found(session_id)
         return SessionClearedResponse(sessionId=session_id, cleared=True)

@@ -3,12 +3,13 @@
 The ``<memory>`` block is added to each model request only (``wrap_model_call``), never to the
 graph state, so it is not checkpointed and never fed back into memory as conversation. After
 the run, ``after_agent`` queues the thread with the user resolved on the request, because the
-queue's worker thread cannot see the run's context.
+queue's worker thread cannot see the run's context. The async hooks (``awrap_model_call``,
+``aafter_agent``, used by ``ainvoke``/``astream``) await the async face
+(``MemoryMiddleware.amemory_context``/``aafter_agent``): no thread is taken per model call.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
@@ -110,6 +111,16 @@ def _with_session(messages: list[AnyMessage], context: SessionContext) -> list[A
 _SESSION_ROLES = {"human": "user", "ai": "assistant"}
 
 
+def _composed(request: ModelRequest[Any], block: str, session: SessionContext | None) -> ModelRequest[Any]:
+    """The request with the session in place of the earlier history and the memory block added."""
+    messages = request.messages
+    if session is not None and session.messages:
+        messages = _with_session(messages, session)
+    if block:
+        messages = _with_memory(messages, block)
+    return request if messages is request.messages else request.override(messages=messages)
+
+
 class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
     """Pass to ``create_agent(middleware=[...])``; invoke with ``configurable.thread_id`` set.
 
@@ -148,19 +159,34 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
             tenant_id=self._resolve_tenant(runtime),
             roles=self._resolve_roles(runtime),
         )
-        messages = request.messages
         thread_id = _thread_id()
+        session = None
         if self._session_memory and thread_id:
             session = self._memory.session_context(
                 session_id=thread_id,
                 user_id=self._resolve_user(runtime),
                 tenant_id=self._resolve_tenant(runtime),
             )
-            if session.messages:
-                messages = _with_session(messages, session)
-        if block:
-            messages = _with_memory(messages, block)
-        return request if messages is request.messages else request.override(messages=messages)
+        return _composed(request, block, session)
+
+    async def _arequest_with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        """``_request_with_memory`` on the async face: the reads are awaited on the event loop."""
+        runtime = request.runtime
+        block = await self._memory.amemory_context(
+            user_id=self._resolve_user(runtime),
+            query=latest_user_text(request.messages),
+            tenant_id=self._resolve_tenant(runtime),
+            roles=self._resolve_roles(runtime),
+        )
+        thread_id = _thread_id()
+        session = None
+        if self._session_memory and thread_id:
+            session = await self._memory.asession_context(
+                session_id=thread_id,
+                user_id=self._resolve_user(runtime),
+                tenant_id=self._resolve_tenant(runtime),
+            )
+        return _composed(request, block, session)
 
     def wrap_model_call(
         self,
@@ -174,8 +200,7 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
-        # Loading memory is blocking database I/O: keep it off the event loop.
-        return await handler(await asyncio.to_thread(self._request_with_memory, request))
+        return await handler(await self._arequest_with_memory(request))
 
     def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         thread_id = _thread_id()
@@ -190,4 +215,13 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
         return None
 
     async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return self.after_agent(state, runtime)
+        thread_id = _thread_id()
+        if thread_id:
+            await self._memory.aafter_agent(
+                state["messages"],
+                thread_id=thread_id,
+                user_id=self._resolve_user(runtime),
+                tenant_id=self._resolve_tenant(runtime),
+                roles=self._resolve_roles(runtime),
+            )
+        return None

@@ -10,7 +10,6 @@ their schemas have no user, tenant or agent argument, so the model cannot name a
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, NotRequired
 
@@ -33,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     ) from exc
 
 from memstore.agent_doc import DOC_ROOT
+from memstore.async_face import run_on_loop
 from memstore.gateway import agent_doc_tools
 from memstore.gateway.agent_doc_prompt import (
     STATE_KEY,
@@ -140,8 +140,8 @@ class AgentDocMiddleware(AgentMiddleware[AgentDocState, Any]):
         return loaded or None  # nothing kept after a failed load: the next run tries again
 
     async def abefore_agent(self, state: AgentDocState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        # Reading the document is blocking database I/O: keep it off the event loop.
-        return await asyncio.to_thread(self.before_agent, state, runtime)
+        # The read runs on the event loop with the async driver (memstore.async_face).
+        return await run_on_loop(self.before_agent, state, runtime)
 
     def _request_with_prompt(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         prompt = kept_agent_system_prompt(request.system_prompt, request.state)

@@ -23,6 +23,7 @@ from memstore.agent_doc import (
     checked_folder,
     replaced_once,
 )
+from memstore.async_face import held
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import AgentDocNotFoundError, ConfigError
 from memstore.scope import DEFAULT_TENANT_ID
@@ -46,7 +47,7 @@ def get_agent_doc_store(config: MemoryConfig | None = None) -> AgentDocStore:
             f"is {config.storage_class}"
         )
     url = database_url_from_config(config)
-    with _lock:
+    with held(_lock):  # building the store may read the database: on the async face, yield meanwhile
         store = _stores.get(url)
         if store is None:
             store = _stores[url] = AgentDocStore(url)

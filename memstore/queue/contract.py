@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memstore.async_face import run_on_loop
 from memstore.capture.conversation import ConversationContext
 from memstore.scope import DEFAULT_TENANT_ID
 
@@ -113,6 +114,11 @@ class UpdateQueue(ABC):
 
     @abstractmethod
     def submit(self, context: ConversationContext, *, immediately: bool = False) -> None: ...
+
+    async def asubmit(self, context: ConversationContext, *, immediately: bool = False) -> None:
+        """``submit`` on the async face (``memstore.async_face``): a queue that writes to the
+        database does so on the event loop, within the same bound."""
+        await run_on_loop(self.submit, context, immediately=immediately)
 
     @abstractmethod
     def flush(self) -> None: ...

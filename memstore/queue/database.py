@@ -29,6 +29,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
+from memstore.async_face import bounded_here, running_loop
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import MemstoreError, StorageUnavailableError
@@ -50,7 +51,7 @@ from memstore.queue.workers import (
     utcnow,
     write_transaction_options,
 )
-from memstore.storage.sql.engine import describe_db_error, get_engine, mask_url
+from memstore.storage.sql.engine import describe_db_error, engine_for, get_engine, mask_url
 from memstore.storage.sql.queue import claims as queue_claims
 from memstore.storage.sql.queue import table as queue_table
 from memstore.storage.sql.queue.table import QueuedConversation, ScopeClaim
@@ -133,31 +134,50 @@ class DatabaseUpdateQueue(UpdateQueue):
         if not self._buffer.empty():
             self._to_buffer(item, immediately, config)
             return
-        write = self._enqueuer.run(self._writer.write, [(item, immediately)], config, self._enqueue_engine)
-        if write is None:  # every request-path writer is stuck on the (hung) database
-            self._to_buffer(item, immediately, config)
-            return
-        try:
-            outcome = write.result(timeout=config.queue_enqueue_timeout_seconds)
-        except FutureTimeout:
-            write.cancel()  # if it has not started, it never will
-            # A hung server (not a refused connection) enforces no timeout of its own.
-            logger.warning(
-                "memory queue: %s did not answer within %.1f s; buffering in this process",
-                self.url,
-                config.queue_enqueue_timeout_seconds,
-            )
-            self._to_buffer(item, immediately, config)
-            write.add_done_callback(lambda late: self._forget_if_written(late, item))
-            return
-        if outcome.refused:
-            return  # this turn's own failure, logged and counted: it is never buffered
+        outcome = self._write_now(item, immediately, config)
+        if outcome is None or outcome.refused:
+            return  # buffered, or this turn's own failure (logged and counted: never buffered)
         if not outcome.written:
             self._to_buffer(item, immediately, config)
             return
         self._count("accepted")
         if immediately:
             self._notify()
+
+    def _write_now(
+        self, item: QueuedConversation, immediately: bool, config: MemoryConfig
+    ) -> WriteOutcome | None:
+        """The row written within ``queue_enqueue_timeout_seconds``, on the request path's pool or,
+        on the async face, on the event loop (a late write is cancelled there, its transaction
+        rolled back); ``None`` when the turn went to the buffer instead."""
+        timeout = config.queue_enqueue_timeout_seconds
+        batch = [(item, immediately)]
+        if running_loop() is not None:
+            try:
+                return bounded_here(timeout, self._writer.write, batch, config, self._enqueue_engine)
+            except TimeoutError:
+                self._unanswered(item, immediately, config)
+                return None
+        write = self._enqueuer.run(self._writer.write, batch, config, self._enqueue_engine)
+        if write is None:  # every request-path writer is stuck on the (hung) database
+            self._to_buffer(item, immediately, config)
+            return None
+        try:
+            return write.result(timeout=timeout)
+        except FutureTimeout:
+            write.cancel()  # if it has not started, it never will
+            self._unanswered(item, immediately, config)
+            write.add_done_callback(lambda late: self._forget_if_written(late, item))
+            return None
+
+    def _unanswered(self, item: QueuedConversation, immediately: bool, config: MemoryConfig) -> None:
+        # A hung server (not a refused connection) enforces no timeout of its own.
+        logger.warning(
+            "memory queue: %s did not answer within %.1f s; buffering in this process",
+            self.url,
+            config.queue_enqueue_timeout_seconds,
+        )
+        self._to_buffer(item, immediately, config)
 
     def flush(self) -> None:
         """Run every conversation this process queued, in the caller's thread, before returning.
@@ -306,7 +326,7 @@ class DatabaseUpdateQueue(UpdateQueue):
     def _prepare(self) -> None:
         """Check (or, for embedded SQLite, create) the schema once per process, as the store does."""
         try:
-            prepare_once(self._engine, auto_migrate=get_memory_config().auto_migrate)
+            prepare_once(engine_for(self._engine), auto_migrate=get_memory_config().auto_migrate)
         except DBAPIError as exc:
             raise StorageUnavailableError(f"cannot reach the queue at {self.url}: {exc.orig}") from exc
 

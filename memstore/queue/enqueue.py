@@ -49,7 +49,7 @@ from memstore.queue.debounced import MAX_DEBOUNCE_FACTOR
 from memstore.queue.outage_buffer import Buffered
 from memstore.queue.workers import utcnow
 from memstore.scope import Identity, resolve_scope
-from memstore.storage.sql.engine import describe_db_error, get_engine, is_refused_value
+from memstore.storage.sql.engine import describe_db_error, engine_for, get_engine, is_refused_value
 from memstore.storage.sql.identity import policies_apply, set_identity
 from memstore.storage.sql.queue import table as queue_table
 from memstore.storage.sql.queue.table import QueuedConversation
@@ -113,7 +113,7 @@ def _bounds_reader(config: MemoryConfig, engine: Engine) -> Iterator[Connection 
     if not config.operator_database_url or not policies_apply(engine):
         yield None
         return
-    operator = enqueue_engine(config.operator_database_url, config.queue_enqueue_timeout_seconds)
+    operator = engine_for(enqueue_engine(config.operator_database_url, config.queue_enqueue_timeout_seconds))
     with operator.connect() as conn:
         yield conn
 
@@ -243,6 +243,7 @@ class QueueWriter:
         debounce = float(config.debounce_seconds)
         options = queue_table.write_options(round(config.queue_enqueue_timeout_seconds * 1000))
         limits = table_limits(config)
+        engine = engine_for(engine)
         with engine.connect() as conn, _bounds_reader(config, engine) as bounds:
             conn.execution_options(**options)
             with conn.begin():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import threading
 
+from memstore.async_face import held
 from memstore.config import get_memory_config
 from memstore.errors import ConfigError
 from memstore.storage.base import MemoryStorage
@@ -40,7 +41,7 @@ def load_storage_class(dotted_path: str) -> type[MemoryStorage]:
 def get_memory_storage() -> MemoryStorage:
     """The process-wide provider, built on first use (thread-safe)."""
     global _storage
-    with _storage_lock:
+    with held(_storage_lock):  # building it may read the database: on the async face, yield meanwhile
         if _storage is None:
             storage_class = load_storage_class(get_memory_config().storage_class)
             _storage = storage_class()

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "memstore.agent_doc",
             "memstore.retention",
             "memstore.metrics",
+            "memstore.async_face",
         ),
     ),
     ("embedding", ("memstore.embedding",)),
@@ -42,7 +43,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("update", ("memstore.update",)),
     ("queue", ("memstore.queue",)),
     ("ops", ("memstore.ops", "memstore.queries")),
-    ("gateway", ("memstore.gateway",)),
+    ("gateway", ("memstore.gateway", "memstore.aio")),
     ("apps", ("memstore.integrations", "memstore.cli", "memstore.demo", "memstore")),
 ]
 MAX_MODULE_LINES = 450

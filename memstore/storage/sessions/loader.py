@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 
+from memstore.async_face import held
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.errors import ConfigError
 from memstore.storage.loader import load_storage_class
@@ -47,7 +48,7 @@ def get_session_store(config: MemoryConfig | None = None) -> SessionStore:
     config = config or get_memory_config()
     backend = session_backend(config)
     key = (backend, _target(config, backend))
-    with _lock:
+    with held(_lock):  # building a store may read the database: on the async face, yield meanwhile
         store = _stores.get(key)
         if store is None:
             store = _build(backend, key[1])

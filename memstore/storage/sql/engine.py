@@ -8,16 +8,19 @@ failing to upgrade a read lock; a writer may bring its own busy timeout
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import sqlite3
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.connectors.asyncio import AsyncAdapt_dbapi_connection
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import (
     DataError,
@@ -29,7 +32,10 @@ from sqlalchemy.exc import (
     StatementError,
 )
 from sqlalchemy.exc import TimeoutError as SATimeoutError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util import await_only
 
+from memstore.async_face import running_loop
 from memstore.config import MemoryConfig
 from memstore.errors import ConfigError, StorageSetupError
 from memstore.storage.data_dir import data_dir_of
@@ -53,6 +59,14 @@ logger = logging.getLogger(__name__)
 
 _engines: dict[tuple[int, str], Engine] = {}
 _engines_lock = threading.Lock()
+_loop_engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AsyncEngine]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The async face's engines (``engine_for``): per loop, since an async driver's connections belong
+to the loop that opened them."""
+_loop_faces: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Engine]] = (
+    weakref.WeakKeyDictionary()
+)
 _typed: dict[URL, str] = {}
 """Each URL ``normalize_url`` returned, to the text it was last made from (for ``mask_url``)."""
 
@@ -123,30 +137,98 @@ def get_engine(url: str | URL) -> Engine:
         return engine
 
 
+def engine_for(engine: Engine) -> Engine:
+    """``engine`` as the calling face uses it: itself on the sync face; on the async face
+    (``memstore.async_face``), the synchronous face of an async-driver engine for the same URL, with
+    the same execution options, whose connections belong to the running loop."""
+    loop = running_loop()
+    if loop is None or engine.dialect.is_async:
+        return engine
+    url = engine.url.render_as_string(hide_password=False)
+    options = engine.get_execution_options()
+    key = (url, repr(sorted(options.items())))
+    with _engines_lock:
+        faces = _loop_faces.setdefault(loop, {})
+        face = faces.get(key)
+        if face is not None:
+            return face
+        if loop not in _loop_engines:
+            _forget_closed_loops()
+        engines = _loop_engines.setdefault(loop, {})
+        if url not in engines:
+            engines[url] = _build_async_engine(engine.url)
+        face = engines[url].sync_engine
+        if options:
+            face = face.execution_options(**options)
+        faces[key] = face
+        return face
+
+
+def _forget_closed_loops() -> None:
+    """Drop the engines of loops that closed without ``dispose_loop_engines`` (``asyncio.run`` per
+    call): their connections are finalised once unreferenced (aiosqlite's threads stop then)."""
+    for closed in [loop for loop in _loop_engines if loop.is_closed()]:
+        _loop_engines.pop(closed, None)
+        _loop_faces.pop(closed, None)
+
+
+async def dispose_loop_engines() -> None:
+    """Close the running loop's async-face pools (a server's shutdown, a test's end)."""
+    loop = asyncio.get_running_loop()
+    with _engines_lock:
+        engines = list(_loop_engines.pop(loop, {}).values())
+        _loop_faces.pop(loop, None)
+    for engine in engines:
+        await engine.dispose()
+
+
 def dispose_engines() -> None:
     """Close every pool this process opened (tests, CLI exit)."""
     with _engines_lock:
         engines = list(_engines.values())
         _engines.clear()
+        _forget_closed_loops()
     for engine in engines:
         engine.dispose()
 
 
+def _postgresql_options(url: URL) -> dict[str, Any]:
+    # Without a connect timeout a host that stopped answering stalls the queue worker for
+    # minutes; the URL's own ?connect_timeout= wins.
+    connect_args = {} if "connect_timeout" in url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
+    return {
+        "pool_pre_ping": True,
+        "pool_size": 5,
+        "max_overflow": 10,
+        "connect_args": connect_args,
+        "hide_parameters": True,
+    }
+
+
 def _build_engine(url: URL) -> Engine:
     if url.get_backend_name() == "postgresql":
-        # Without a connect timeout a host that stopped answering stalls the queue worker for
-        # minutes; the URL's own ?connect_timeout= wins.
-        connect_args = (
-            {} if "connect_timeout" in url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
-        )
-        return create_engine(
-            url,
-            pool_pre_ping=True,
-            pool_size=5,
-            max_overflow=10,
-            connect_args=connect_args,
-            hide_parameters=True,
-        )
+        return create_engine(url, **_postgresql_options(url))
+    _create_sqlite_folder(url)
+    engine = create_engine(url, connect_args={"check_same_thread": False}, hide_parameters=True)
+    _configure_sqlite(engine)
+    return engine
+
+
+def _build_async_engine(url: URL) -> AsyncEngine:
+    """The async face's engine: psycopg's async connection, or aiosqlite, configured as above."""
+    if url.get_backend_name() == "postgresql":
+        return create_async_engine(url, **_postgresql_options(url))
+    _create_sqlite_folder(url)
+    engine = create_async_engine(
+        url.set(drivername="sqlite+aiosqlite"),
+        connect_args={"check_same_thread": False},
+        hide_parameters=True,
+    )
+    _configure_sqlite(engine.sync_engine)
+    return engine
+
+
+def _create_sqlite_folder(url: URL) -> None:
     database = url.database or ""
     if database and database != ":memory:" and not database.startswith("file:"):
         folder = Path(database).expanduser().parent
@@ -156,17 +238,23 @@ def _build_engine(url: URL) -> Engine:
             raise StorageSetupError(
                 f"cannot create the SQLite database's folder {folder}: {exc.strerror or exc}"
             ) from exc
-    engine = create_engine(url, connect_args={"check_same_thread": False}, hide_parameters=True)
-    _configure_sqlite(engine)
-    return engine
 
 
-def load_sqlite_vec(dbapi_connection: sqlite3.Connection) -> None:
+def load_sqlite_vec(dbapi_connection: Any) -> None:
     """Load sqlite-vec for semantic search; without it (a Python built without extension loading)
-    search uses the exact scan, and ``memstore embed --status`` says so."""
+    search uses the exact scan, and ``memstore embed --status`` says so. On the async face the
+    connection is SQLAlchemy's adapter of aiosqlite's, whose calls are awaited."""
     try:
         import sqlite_vec
 
+        if isinstance(dbapi_connection, AsyncAdapt_dbapi_connection):  # the async face: aiosqlite
+            driver = dbapi_connection._connection
+            await_only(driver.enable_load_extension(True))
+            try:
+                await_only(driver.load_extension(sqlite_vec.loadable_path()))
+            finally:
+                await_only(driver.enable_load_extension(False))
+            return
         dbapi_connection.enable_load_extension(True)
         try:
             sqlite_vec.load(dbapi_connection)
@@ -178,7 +266,7 @@ def load_sqlite_vec(dbapi_connection: sqlite3.Connection) -> None:
 
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take transaction control away from the driver so BEGIN is ours to choose.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
@@ -200,9 +288,25 @@ def _configure_sqlite(engine: Engine) -> None:
         busy_ms = int(options.get(SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_BUSY_TIMEOUT_MS))
         pooled = connection.connection
         if pooled.info.get(SQLITE_BUSY_TIMEOUT_OPTION) != busy_ms:
-            pooled.driver_connection.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            cursor = pooled.dbapi_connection.cursor()
+            cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
+            cursor.close()
             pooled.info[SQLITE_BUSY_TIMEOUT_OPTION] = busy_ms
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def driver_execute(conn: Connection, statement: str) -> list[Any]:
+    """``statement`` run on the DBAPI connection itself, outside SQLAlchemy's transaction handling
+    (a PRAGMA, VACUUM), and its rows; on the async face that connection is SQLAlchemy's adapter of
+    the async driver's, so this works on both faces."""
+    dbapi_connection = conn.connection.dbapi_connection
+    assert dbapi_connection is not None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(statement)
+        return list(cursor.fetchall()) if cursor.description else []
+    finally:
+        cursor.close()
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -230,7 +334,7 @@ def is_refused_value(exc: BaseException) -> bool:
     return isinstance(exc, ValueError | TypeError | UnicodeError)
 
 
-def describe_db_error(exc: BaseException) -> str:
+def describe_db_error(exc: BaseException, *, url: str | None = None) -> str:
     """A database error as a log line or a message may carry it: nothing of the data it was about.
 
     PostgreSQL puts the offending value in DETAIL and CONTEXT lines (``JSON data, line 1:
@@ -239,6 +343,16 @@ def describe_db_error(exc: BaseException) -> str:
     class, SQLSTATE and first line with quoted text replaced by ``"…"``. An outage's message
     names a host, never a value, and is kept whole (libpq's hint on its second line helps).
     """
+    message = _described(exc)
+    try:
+        password = make_url(url).password if url else None
+    except Exception:
+        password = None
+    # A driver's message may quote the URL it was given: never its password.
+    return message.replace(str(password), "***") if password else message
+
+
+def _described(exc: BaseException) -> str:
     cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
     message = str(cause).strip()
     if is_outage(exc):

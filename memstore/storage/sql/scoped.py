@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from memstore.config import get_memory_config
@@ -23,6 +23,7 @@ from memstore.storage.sql.engine import (
     SQLITE_BUSY_TIMEOUT_OPTION,
     SQLITE_WRITE_OPTION,
     describe_db_error,
+    engine_for,
     get_engine,
     is_outage,
     mask_url,
@@ -42,11 +43,11 @@ class ScopedConnections:
         self.url = database_url
         self._unavailable_error = unavailable
         self._what = what
-        self.engine = get_engine(database_url)
-        self._reader = (
-            self.engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self.engine.dialect.name == "postgresql"
-            else self.engine
+        self._sync_engine = get_engine(database_url)
+        self._sync_reader = (
+            self._sync_engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self._sync_engine.dialect.name == "postgresql"
+            else self._sync_engine
         )
         lock_ms = round(config.write_lock_timeout_seconds * 1000)
         self.write_options = {SQLITE_WRITE_OPTION: True, SQLITE_BUSY_TIMEOUT_OPTION: lock_ms}
@@ -59,6 +60,15 @@ class ScopedConnections:
             prepare_once(self.engine, auto_migrate=config.auto_migrate)
         except DBAPIError as exc:
             raise self.unavailable(exc, "open") from exc
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of the calling face (``engine_for``): the sync one, or the loop's async one."""
+        return engine_for(self._sync_engine)
+
+    @property
+    def _reader(self) -> Engine:
+        return engine_for(self._sync_reader)
 
     def unavailable(self, exc: Exception, doing: str) -> StorageUnavailableError:
         return self._unavailable_error(

@@ -30,7 +30,6 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.config import get_memory_config
@@ -79,6 +78,7 @@ from memstore.storage.sql.engine import (
     SQLITE_WRITE_OPTION,
     database_url_from_config,
     describe_db_error,
+    engine_for,
     get_engine,
     is_outage,
     mask_url,
@@ -112,7 +112,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         """``max_facts`` overrides the configured cap (a host such as DeerFlow brings its own)."""
         config = get_memory_config()
         self._url = database_url if database_url is not None else database_url_from_config(config)
-        self._engine = get_engine(self._url)
+        self._sync_engine = get_engine(self._url)
         self._max_facts = config.max_facts if max_facts is None else max_facts
         self._tenant_max_facts = config.tenant_max_facts
         self._retention = RetentionPolicy.of(config)
@@ -125,22 +125,25 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         }
         # PostgreSQL reads run in autocommit: no BEGIN/ROLLBACK round trips around one SELECT.
         # (SQLite keeps its own BEGIN handling; its reads are in-process and cheap.)
-        self._reader = (
-            self._engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self._engine.dialect.name == "postgresql"
-            else self._engine
+        self._sync_reader = (
+            self._sync_engine.execution_options(isolation_level="AUTOCOMMIT")
+            if self._sync_engine.dialect.name == "postgresql"
+            else self._sync_engine
         )
-        self._insert_scope = INSERT_SCOPE[self._engine.dialect.name]
-        self._load = LOAD_STATEMENTS[self._engine.dialect.name]
+        self._insert_scope = INSERT_SCOPE[self._sync_engine.dialect.name]
+        self._load = LOAD_STATEMENTS[self._sync_engine.dialect.name]
         self._identity = DEFAULT_IDENTITY
         self._cache: dict[TenantScope, CacheEntry] = {}
         self._lock = threading.Lock()
         self.vectors = SqlVectorStore(
-            self._engine, self._reader, write_options=self._write_options, unavailable=self._unavailable
+            self._sync_engine,
+            self._sync_reader,
+            write_options=self._write_options,
+            unavailable=self._unavailable,
         )
         self._access = (
             access.AccessRecorder(
-                self._engine,
+                self._sync_engine,  # its flushes run on a thread of their own, on the sync face
                 interval=config.access_interval_seconds,
                 write_options=self._write_options,
                 describe=self._describe,
@@ -152,6 +155,15 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
             prepare_once(self._engine, auto_migrate=config.auto_migrate)
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
+
+    @property
+    def _engine(self) -> Engine:
+        """The engine of the calling face (``engine_for``): the sync one, or the loop's async one."""
+        return engine_for(self._sync_engine)
+
+    @property
+    def _reader(self) -> Engine:
+        return engine_for(self._sync_reader)
 
     @property
     def identity(self) -> Identity:
@@ -185,7 +197,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
     @property
     def engine(self) -> Engine:
         """The process's engine for this database (the durable queue shares it)."""
-        return self._engine
+        return self._sync_engine
 
     @property
     def url(self) -> str:
@@ -432,12 +444,4 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
 
     def _describe(self, exc: Exception) -> str:
-        """The error without SQL, parameters or data (``describe_db_error``), any password scrubbed."""
-        message = describe_db_error(exc)
-        try:
-            password = make_url(self._url).password
-        except Exception:
-            password = None
-        if password:
-            message = message.replace(str(password), "***")
-        return message
+        return describe_db_error(exc, url=self._url)

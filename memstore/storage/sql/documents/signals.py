@@ -15,6 +15,7 @@ from memstore.retention import FactSignals
 from memstore.scope import Identity, resolve_scope
 from memstore.storage.sql.documents import access
 from memstore.storage.sql.documents.write import annotate_deletions
+from memstore.storage.sql.engine import engine_for
 from memstore.storage.sql.identity import transaction
 
 
@@ -22,7 +23,7 @@ class SqlSignals:
     """The attributes and helpers below are the provider's."""
 
     _identity: Identity
-    _engine: Engine
+    _sync_engine: Engine
     _access: access.AccessRecorder | None
 
     def _reading(self, user_id: str | None) -> AbstractContextManager[Connection]:
@@ -65,7 +66,7 @@ class SqlSignals:
             return
         scope = resolve_scope(agent_name, user_id)
         try:
-            with transaction(self._engine, self._acting(scope[0])) as conn:
+            with transaction(engine_for(self._sync_engine), self._acting(scope[0])) as conn:
                 annotate_deletions(conn, self._identity.tenant_id, scope, details)
         except DBAPIError as exc:
             raise self._unavailable(exc, "annotate the audit trail") from exc

@@ -29,7 +29,7 @@ from sqlalchemy.dialects import postgresql
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
 from memstore.storage.sql.agent_docs.store import erase_user_documents
 from memstore.storage.sql.documents.statements import user_is
-from memstore.storage.sql.engine import SQLITE_WRITE_OPTION
+from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, driver_execute
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.schema.fts_schema import FTS_TABLE
 from memstore.storage.sql.schema.models import claims_table as _claims
@@ -140,9 +140,7 @@ def erase_user(
                 # may have left an older copy in the unused part of a live page: only rewriting the
                 # file removes every copy (it takes time in proportion to the file's size).
                 _sqlite_pragma(conn, "wal_checkpoint(TRUNCATE)")  # no old page left in the WAL either
-                driver = conn.connection.driver_connection
-                assert driver is not None
-                driver.execute("VACUUM")  # on the driver: SQLAlchemy would open a transaction first
+                driver_execute(conn, "VACUUM")  # on the driver: SQLAlchemy would open a transaction first
         finally:
             if sqlite:
                 _sqlite_pragma(conn, f"secure_delete = {secure_delete}")
@@ -150,10 +148,8 @@ def erase_user(
 
 
 def _sqlite_pragma(conn: Connection, pragma: str) -> object:
-    driver = conn.connection.driver_connection
-    assert driver is not None
-    row = driver.execute(f"PRAGMA {pragma}").fetchone()
-    return None if row is None else row[0]
+    rows = driver_execute(conn, f"PRAGMA {pragma}")
+    return rows[0][0] if rows else None
 
 
 def _delete(conn: Connection, table: Table, scope_ids: list[int]) -> int:

@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 
 from memstore.config import get_memory_config
 from memstore.errors import ConfigError
-from memstore.storage.sql.engine import get_engine, mask_url, normalize_url
+from memstore.storage.sql.engine import engine_for, get_engine, mask_url, normalize_url
 from memstore.storage.sql.identity import policies_apply
 
 
@@ -26,6 +26,7 @@ def operator_engine(engine: Engine, work: str) -> Engine:
         and _same_database(normalize_url(configured), engine.url)
     ):
         engine = get_engine(configured)
+    engine = engine_for(engine)
     if policies_apply(engine):
         raise ConfigError(
             f"{work} crosses tenants, and the role of {mask_url(engine.url)} is bound by row-level "

@@ -27,6 +27,7 @@ from memstore.storage.records import (
     with_scores,
 )
 from memstore.storage.search_text import SearchMatch
+from memstore.storage.sql.engine import engine_for
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.search import fulltext, queries
@@ -39,7 +40,7 @@ class SqlQueries:
     """Mixed into ``SqlMemoryStorage``; the attributes below are the provider's."""
 
     _identity: Identity
-    _engine: Engine
+    _sync_engine: Engine
     _retention: RetentionPolicy
     _lock: threading.Lock
     _cache: dict[tuple[str, str | None, str | None], Any]
@@ -94,11 +95,11 @@ class SqlQueries:
 
     def stats(self) -> MemoryStats:
         """Every tenant's totals: an operator's figure, read on the operator connection."""
-        return queries.memory_stats(operator_engine(self._engine, "stats"))
+        return queries.memory_stats(operator_engine(self._sync_engine, "stats"))
 
     def tenants(self) -> list[str]:
         """Every tenant that holds a scope: an operator's list, read on the operator connection."""
-        return queries.list_tenants(operator_engine(self._engine, "listing tenants"))
+        return queries.list_tenants(operator_engine(self._sync_engine, "listing tenants"))
 
     def list_scopes(self, user_id: str | None = None) -> list[Scope]:
         return queries.list_scopes(lambda: self._reading(user_id), self._identity.tenant_id, user_id)
@@ -121,7 +122,9 @@ class SqlQueries:
     def erase_user(self, user_id: str) -> dict[str, int]:
         """Erase the user's memory in this handle's tenant (the operator connection does it)."""
         tenant_id = self._identity.tenant_id
-        counts = maintenance.erase_user(self._engine, user_id, datetime.now(UTC), tenant_id=tenant_id)
+        counts = maintenance.erase_user(
+            engine_for(self._sync_engine), user_id, datetime.now(UTC), tenant_id=tenant_id
+        )
         self.vectors.forget_user(user_id)
         with self._lock:
             for key in [key for key in self._cache if key[0] == tenant_id and key[1] == user_id]:
@@ -129,4 +132,4 @@ class SqlQueries:
         return counts
 
     def vacuum(self, cutoff: datetime) -> dict[str, int]:
-        return maintenance.vacuum(self._engine, cutoff)
+        return maintenance.vacuum(engine_for(self._sync_engine), cutoff)

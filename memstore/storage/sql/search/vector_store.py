@@ -26,6 +26,7 @@ from memstore.document import fact_content_key
 from memstore.errors import StorageUnavailableError
 from memstore.scope import DEFAULT_IDENTITY, Identity, Scope
 from memstore.storage.records import FactFilter, FactPage, owners_words_kept
+from memstore.storage.sql.engine import engine_for
 from memstore.storage.sql.identity import reading, set_identity
 from memstore.storage.sql.search import embeddings
 from memstore.storage.sql.search.semantic import nearest_facts, vector_backend
@@ -46,8 +47,8 @@ class SqlVectorStore:
         write_options: dict[str, Any],
         unavailable: Callable[[Exception, str], StorageUnavailableError],
     ) -> None:
-        self._engine = engine
-        self._reader = reader
+        self._sync_engine = engine
+        self._sync_reader = reader
         self._write_options = write_options
         self._unavailable = unavailable
         self._identity = DEFAULT_IDENTITY
@@ -55,6 +56,15 @@ class SqlVectorStore:
         self._cache: OrderedDict[tuple[str, Scope, str], _ScopeVectors] = OrderedDict()
         self._cached = 0
         self._lock = threading.Lock()
+
+    @property
+    def _engine(self) -> Engine:
+        """The engine of the calling face (``engine_for``)."""
+        return engine_for(self._sync_engine)
+
+    @property
+    def _reader(self) -> Engine:
+        return engine_for(self._sync_reader)
 
     def for_identity(self, identity: Identity) -> SqlVectorStore:
         """A handle sharing this store's cache that acts inside ``identity``'s tenant."""

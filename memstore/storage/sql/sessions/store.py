@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, Row, and_, delete, func, insert, select, update
 
 from memstore.document import as_utc
 from memstore.errors import SessionStoreUnavailableError
@@ -51,7 +51,10 @@ def _is(table: Any, key: SessionKey) -> Any:
 class DatabaseSessionStore(SessionStore):
     def __init__(self, database_url: str) -> None:
         self._db = ScopedConnections(database_url, SessionStoreUnavailableError, "sessions")
-        self._engine = self._db.engine
+
+    @property
+    def _engine(self) -> Engine:
+        return self._db.engine
 
     def close(self) -> None:
         """Nothing to release: the engine is the process's, shared with the memory storage."""
