@@ -16,6 +16,7 @@ import pytest
 
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.errors import (
+    ConfigError,
     DuplicateFactError,
     FactNotFoundError,
     InvalidFactError,
@@ -29,7 +30,7 @@ from memstore.queue import get_memory_queue, reset_memory_queue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql.engine import dispose_engines
 from memstore.storage.sql.schema.migrate import upgrade
-from tests.support.faces import Face
+from tests.support.faces import AsyncFace, Face
 from tests.support.openai_server import OpenAIStubServer
 from tests.support.semantic import MODEL
 
@@ -181,3 +182,15 @@ def test_relevance_ranking_embeds_through_the_endpoint_alike(
     assert "piano" not in block and "nurse" not in block
     embedded = [request["input"] for request in openai_server.embedding_requests]
     assert ["peanuts in the food?"] in embedded, "the query was embedded through the endpoint"
+
+
+def test_an_in_memory_sqlite_database_is_refused_on_the_async_face(tmp_path: Path) -> None:
+    set_memory_config(MemoryConfig(data_dir=str(tmp_path / "data"), database_url="sqlite:///:memory:"))
+    reset_memory_storage()
+    face = AsyncFace()
+    try:
+        with pytest.raises(ConfigError, match="in-memory SQLite"):
+            face.call("get_memory_data", user_id="alice")
+    finally:
+        face.close()
+        reset_memory_storage()

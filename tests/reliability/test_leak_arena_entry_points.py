@@ -4,6 +4,7 @@
 Two sets of canaries are seeded, one in the users' own scope (no agent: what the HTTP router,
 MCP and DeerFlow's default bucket serve) and one in the agent ``helper``'s. Each identity then
 reads through the middleware's ``memory_context`` (with and without a query), the fact helpers,
+the async face (``amemory_context``, ``memstore.aio`` and its queries, on one event loop),
 ``memstore.queries`` (list, search in every mode, history, scopes), tool mode, the HTTP router
 (bare, and as ``memstore serve`` builds it from its headers), the MCP tools over the SDK's
 in-memory client, the DeerFlow adapters and the export. A path that merges must show exactly the
@@ -33,6 +34,8 @@ from fastapi.testclient import TestClient
 from mcp import Client
 from sqlalchemy import select, text
 
+from memstore import aio
+from memstore.aio import queries as async_queries
 from memstore.cli.serve_app import create_app, header_roles, header_tenant, header_user
 from memstore.config import MemoryConfig
 from memstore.gateway import tools
@@ -218,6 +221,54 @@ def _library_paths() -> list[EntryPoint]:
     ]
 
 
+def _async_paths(runner: asyncio.Runner) -> list[EntryPoint]:
+    """The async face (``memstore.aio``, ``MemoryMiddleware.a*``) on one event loop: the same core,
+    reached through the async drivers and the async embeddings client."""
+    both = (None, AGENT)
+
+    def context(agent: str | None, query: str | None) -> Read:
+        return lambda who: runner.run(MemoryMiddleware(agent).amemory_context(query=query, **_scope(who)))
+
+    def query_search(mode: Any) -> Read:
+        return lambda who: (
+            runner.run(
+                async_queries.search_facts("canary", _mine(who), mode=mode, limit=100, **_tenant(who))
+            ).facts
+        )
+
+    return [
+        EntryPoint("async amemory_context", MERGED, (AGENT,), context(AGENT, None)),
+        EntryPoint("async amemory_context query", MERGED, (None,), context(None, "canary")),
+        EntryPoint(
+            "async search_memory_facts fulltext",
+            MERGED,
+            (AGENT,),
+            lambda who: runner.run(
+                aio.search_memory_facts("canary", None, 100, agent_name=AGENT, **_scope(who))
+            ),
+        ),
+        EntryPoint(
+            "async get_memory_data",
+            OWN,
+            (AGENT,),
+            lambda who: runner.run(aio.get_memory_data(AGENT, **_scope(who))),
+        ),
+        EntryPoint(
+            "async queries.list_facts",
+            MERGED,
+            both,
+            lambda who: runner.run(async_queries.list_facts(_mine(who), limit=1000, **_tenant(who))).facts,
+        ),
+        EntryPoint("async queries.search_facts hybrid", MERGED, both, query_search("hybrid")),
+        EntryPoint(
+            "async queries.memory_history",
+            OWN,
+            both,
+            lambda who: runner.run(async_queries.memory_history(_mine(who), limit=1000, **_tenant(who))),
+        ),
+    ]
+
+
 def _tenant(identity: Identity) -> dict[str, Any]:
     return {"tenant_id": identity.tenant_id, "roles": identity.roles}
 
@@ -363,9 +414,10 @@ def test_every_entry_point_shows_each_identity_exactly_what_it_may_read(
     leaks: list[str] = []
     wrong: list[str] = []
     reads = 0
-    with TestClient(_http_app()) as router, TestClient(_serve_app()) as serve:
+    with TestClient(_http_app()) as router, TestClient(_serve_app()) as serve, asyncio.Runner() as runner:
         paths = [
             *_library_paths(),
+            *_async_paths(runner),
             *_http_paths(router, "router"),
             *_http_paths(serve, "serve"),
             *_mcp_paths(),
@@ -384,6 +436,7 @@ def test_every_entry_point_shows_each_identity_exactly_what_it_may_read(
                 expected = _expected(path.rule, identity, _agents(seeded, path.agents))
                 if found != expected and not (path.rule == NO_LEAK and found >= expected):
                     wrong.append(f"{path.name}: {identity} sees {sorted(found)}, expected {path.rule}")
+        runner.run(aio.aclose())
     record(
         identities=len(IDENTITIES),
         canaries=len(seeded.every),

@@ -218,6 +218,11 @@ def _build_async_engine(url: URL) -> AsyncEngine:
     """The async face's engine: psycopg's async connection, or aiosqlite, configured as above."""
     if url.get_backend_name() == "postgresql":
         return create_async_engine(url, **_postgresql_options(url))
+    if (url.database or ":memory:") == ":memory:" or "mode=memory" in (url.database or ""):
+        raise ConfigError(
+            "an in-memory SQLite database is private to its connection: the async face cannot reach "
+            "it; use a SQLite file (database_url sqlite:///path/memory.db)"
+        )
     _create_sqlite_folder(url)
     engine = create_async_engine(
         url.set(drivername="sqlite+aiosqlite"),
