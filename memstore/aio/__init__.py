@@ -8,11 +8,13 @@ connection) and no thread is held. The request-path hooks are ``MemoryMiddleware
 
     from memstore import aio
     fact = await aio.create_memory_fact("Prefers short answers", user_id="alice")
-    await aio.aclose()  # at shutdown: close this loop's connection pools
+    await aio.aclose()  # at shutdown: close this loop's connection pools and clients
 
 A call awaited from a cancelled task stops at its current database call; its transaction is
 rolled back, never committed half-way.
 """
+
+import sys
 
 from memstore.async_face import on_loop
 from memstore.ops import facts, sessions
@@ -35,8 +37,13 @@ clear_session = on_loop(sessions.clear_session)
 
 
 async def aclose() -> None:
-    """Close the running loop's database pools (a server's shutdown; a test's end)."""
+    """Close the running loop's database pools and Redis session clients (a server's shutdown;
+    a test's end)."""
     await dispose_loop_engines()
+    # Loaded only once a Redis session store exists (the redis extra): else no client to close.
+    redis_clients = sys.modules.get("memstore.storage.sessions.redis_clients")
+    if redis_clients is not None:
+        await redis_clients.close_loop_clients()
 
 
 __all__ = [

@@ -22,6 +22,9 @@ Times come from the caller (``now``) and are stored as integer microseconds sinc
 exact in a Lua number (below 2**53) and in a sorted-set score. Expiry is checked against them, and
 each append also gives every key of the session a Redis TTL of ``ttl_seconds``, so Redis deletes
 what nobody reads again; ``expire()`` has nothing left to do.
+
+Every call goes through ``RedisClients.run`` (``redis_clients``): the sync client, or on the async
+face the event loop's asyncio client, awaited so that the loop is never blocked.
 """
 
 from __future__ import annotations
@@ -35,17 +38,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-import redis
 import redis.exceptions
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from memstore.errors import SessionStoreUnavailableError
 from memstore.session import AppendResult, SessionInfo, SessionKey, SessionLimits, SessionTurn
 from memstore.storage.sessions.contract import SessionStore, too_many_sessions, too_many_turns
+from memstore.storage.sessions.redis_clients import RedisClients
 
-TIMEOUT_SECONDS = 5.0
-"""Connect and socket timeout: a Redis that does not answer fails the call instead of hanging it."""
+SCAN_BATCH = 500
+"""Keys per SCAN step and per DEL when ``erase_user`` sweeps the user's base."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _UNAVAILABLE = (
     redis.exceptions.ConnectionError,
@@ -143,17 +144,6 @@ return erased
 def _glob_literal(text: str) -> str:
     """``text`` as a SCAN pattern that matches only itself (``*?[]\\`` escaped)."""
     return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
-
-
-def _batches(names: Iterator[Any], size: int) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for name in names:
-        batch.append(name)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def masked_url(url: str) -> str:
@@ -258,19 +248,9 @@ class RedisSessionStore(SessionStore):
         self.key_prefix = key_prefix
         self._masked = masked_url(url)
         self._secrets = _secrets_of(url)
-        # No retries: a script whose reply was lost may have run, and running an append twice
-        # would store its turns twice. The caller sees SessionStoreUnavailableError instead.
-        self._redis: redis.Redis = redis.Redis.from_url(
-            url,
-            decode_responses=True,
-            socket_timeout=TIMEOUT_SECONDS,
-            socket_connect_timeout=TIMEOUT_SECONDS,
-            retry=Retry(NoBackoff(), 0),
+        self._clients = RedisClients(
+            url, {"append": _APPEND, "compress": _COMPRESS, "clear": _CLEAR, "erase": _ERASE}
         )
-        self._append = self._redis.register_script(_APPEND)
-        self._compress = self._redis.register_script(_COMPRESS)
-        self._clear = self._redis.register_script(_CLEAR)
-        self._erase = self._redis.register_script(_ERASE)
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -324,7 +304,9 @@ class RedisSessionStore(SessionStore):
             *(_turn_json(turn, created_at=now_us, summary=False) for turn in turns),
         ]
         with self._answering():
-            reply = self._append(keys=[meta, stored, index], args=args)
+            reply = self._clients.run(
+                lambda link: link.script("append", keys=[meta, stored, index], args=args)
+            )
         if reply[0] == "sessions":
             raise too_many_sessions(limits)
         if reply[0] == "turns":
@@ -347,11 +329,9 @@ class RedisSessionStore(SessionStore):
 
     def read(self, key: SessionKey, *, now: datetime) -> tuple[SessionInfo | None, list[SessionTurn]]:
         meta_key, turns_key, _ = self._keys(key)
-        with self._answering():
-            pipe = self._redis.pipeline(transaction=True)  # MULTI/EXEC: meta and turns of one moment
-            pipe.hgetall(meta_key)
-            pipe.zrange(turns_key, 0, -1)
-            meta, members = pipe.execute()
+        both = [("hgetall", meta_key), ("zrange", turns_key, 0, -1)]
+        with self._answering():  # MULTI/EXEC: meta and turns of one moment
+            meta, members = self._clients.run(lambda link: link.pipelined(both, transaction=True))
         if not meta or int(meta["expires_at"]) <= _micros(now):
             return None, []
         return _info(key, meta), [_turn(member) for member in members]
@@ -363,13 +343,19 @@ class RedisSessionStore(SessionStore):
         now_us = _micros(now)
         body = _turn_json(summary, created_at=now_us, summary=True)
         with self._answering():
-            done = self._compress(keys=[meta, stored], args=[now_us, epoch, int(upto_seq), body])
+            done = self._clients.run(
+                lambda link: link.script(
+                    "compress", keys=[meta, stored], args=[now_us, epoch, int(upto_seq), body]
+                )
+            )
         return bool(done)
 
     def clear(self, key: SessionKey) -> bool:
         meta, stored, index = self._keys(key)
         with self._answering():
-            existed = self._clear(keys=[meta, stored, index], args=[self._member(key)])
+            existed = self._clients.run(
+                lambda link: link.script("clear", keys=[meta, stored, index], args=[self._member(key)])
+            )
         return bool(existed)
 
     def list_sessions(
@@ -380,13 +366,13 @@ class RedisSessionStore(SessionStore):
         base = self.user_base(tenant_id, user_id)
         now_us = _micros(now)
         with self._answering():
-            members = [
-                str(member) for member in self._redis.zrangebyscore(f"{base}index", f"({now_us}", "+inf")
-            ]
-            pipe = self._redis.pipeline(transaction=False)
-            for member in members:
-                pipe.hgetall(f"{base}s:{member}:meta")
-            metas: list[dict[str, str]] = pipe.execute() if members else []
+            live = self._clients.run(
+                lambda link: link.client.zrangebyscore(f"{base}index", f"({now_us}", "+inf")
+            )
+            reads = [("hgetall", f"{base}s:{member}:meta") for member in live]
+            metas: list[dict[str, str]] = (
+                self._clients.run(lambda link: link.pipelined(reads)) if reads else []
+            )
         infos = [
             _info(SessionKey(user_id, meta["session_id"], meta["agent"] or None, tenant_id), meta)
             for meta in metas
@@ -399,13 +385,18 @@ class RedisSessionStore(SessionStore):
         """Every session in the user's index, then any key left under the user's base that the
         index no longer names (an eviction policy may have dropped the index alone)."""
         base = self.user_base(tenant_id, user_id)
+        pattern = _glob_literal(base) + "*"
         with self._answering():
-            erased = int(self._erase(keys=[f"{base}index"], args=[base]))
-            pattern = _glob_literal(base) + "*"
-            for batch in _batches(self._redis.scan_iter(match=pattern, count=500), 500):
-                erased += sum(1 for name in batch if str(name).endswith(":meta"))
-                self._redis.delete(*batch)
-        return erased
+            erased = int(
+                self._clients.run(lambda link: link.script("erase", keys=[f"{base}index"], args=[base]))
+            )
+            names = self._clients.run(lambda link: link.client.scan_iter(match=pattern, count=SCAN_BATCH))
+            deletes = [
+                ("delete", *names[start : start + SCAN_BATCH]) for start in range(0, len(names), SCAN_BATCH)
+            ]
+            if deletes:
+                self._clients.run(lambda link: link.pipelined(deletes))
+        return erased + sum(1 for name in names if str(name).endswith(":meta"))
 
     def expire(self, now: datetime) -> int:
         """Nothing to do: every key carries a Redis TTL, and appends prune the index of the
@@ -413,5 +404,5 @@ class RedisSessionStore(SessionStore):
         return 0
 
     def close(self) -> None:
-        self._redis.close()
-        self._redis.connection_pool.disconnect()
+        """Close the sync client; an event loop's client is closed by ``memstore.aio.aclose()``."""
+        self._clients.close()
