@@ -17,7 +17,8 @@ installed package (``fastapi-offline``), never from a CDN, so they work on an ai
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Header, HTTPException, Request
 from fastapi_offline import FastAPIOffline
@@ -25,6 +26,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from memstore import aio
 from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.health import create_health_router
 from memstore.integrations.identity import (
@@ -93,7 +95,7 @@ def create_app(
     """``identity`` names the user; ``tenant`` and ``roles`` (dependencies, default: the default
     tenant and no roles) the rest of the caller's identity."""
     # /docs and /redoc from assets in the wheel (fastapi-offline), not a CDN: air-gapped installs.
-    app = FastAPIOffline(title="memstore", summary="Long-term memory API")
+    app = FastAPIOffline(title="memstore", summary="Long-term memory API", lifespan=_closing_the_loop)
     app.include_router(create_memory_router(identity, current_tenant_id=tenant, current_roles=roles))
     app.include_router(create_health_router())
     app.include_router(create_metrics_router())
@@ -101,6 +103,13 @@ def create_app(
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)
     return app
+
+
+@asynccontextmanager
+async def _closing_the_loop(_app: FastAPI) -> AsyncIterator[None]:
+    """At shutdown, close the connections the async face opened on the server's loop."""
+    yield
+    await aio.aclose()
 
 
 class BodyLimit:
