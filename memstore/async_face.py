@@ -58,9 +58,38 @@ async def bounded_on_loop(timeout: float, fn: Callable[P, T], /, *args: P.args, 
     """``run_on_loop`` that stops waiting after ``timeout`` seconds with ``TimeoutError``, as the
     sync path's pool stops waiting for its thread: the call is cancelled and left to unwind (a
     hung server may take its time to release the connection) while the caller goes on."""
-    task = asyncio.ensure_future(run_on_loop(fn, *args, **kwargs))
+    return await _bounded(timeout, None, partial(fn, *args, **kwargs))
+
+
+async def limited_on_loop(
+    slots: asyncio.Semaphore, timeout: float, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+) -> T:
+    """``bounded_on_loop`` that first takes one of ``slots`` (waiting counts toward ``timeout``), as
+    the sync path queues for one of its pool's threads; an abandoned call keeps its slot until it
+    has unwound, as a hung call keeps its thread."""
+    return await _bounded(timeout, slots, partial(fn, *args, **kwargs))
+
+
+async def _bounded(timeout: float, slots: asyncio.Semaphore | None, call: Callable[[], T]) -> T:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    if slots is not None:
+        try:
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it can swallow a cancel
+                await slots.acquire()
+        except TimeoutError:
+            raise TimeoutError(f"gave up after {timeout:.1f} s") from None
+
+    async def in_slot() -> T:
+        try:
+            return await run_on_loop(call)
+        finally:
+            if slots is not None:
+                slots.release()
+
+    task = asyncio.ensure_future(in_slot())
     try:
-        done, _ = await asyncio.wait({task}, timeout=timeout)
+        done, _ = await asyncio.wait({task}, timeout=max(0.0, timeout - (loop.time() - started)))
     except asyncio.CancelledError:
         task.cancel()
         task.add_done_callback(_consume)

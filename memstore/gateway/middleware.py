@@ -13,14 +13,16 @@ request).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from memstore.async_face import bounded_on_loop
+from memstore.async_face import limited_on_loop
 from memstore.capture.conversation import ConversationContext, capture_conversation
 from memstore.config import MemoryConfig, get_memory_config, ignored_env_settings
 from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
@@ -40,8 +42,14 @@ logger = logging.getLogger(__name__)
 SETUP_ERRORS = (MigrationError, StorageSetupError, ConfigError)
 """What no retry fixes: an operator must migrate the database or correct a setting."""
 
-# Reads for memory_context; a few threads are enough because each read is one cheap query.
-_CONTEXT_EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="memstore-context")
+CONTEXT_READS = 4
+"""Memory-context reads at once: each is a cheap query and some CPU, so a few at a time serve a
+burst best (the rest queue, inside their own timeout): the sync face's pool threads, the async
+face's slots per event loop."""
+_CONTEXT_EXECUTOR = ThreadPoolExecutor(max_workers=CONTEXT_READS, thread_name_prefix="memstore-context")
+_context_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class MemoryMiddleware:
@@ -353,8 +361,10 @@ class MemoryMiddleware:
         timeout = config.memory_context_timeout_seconds
         identity = _identity(user_id, tenant_id, roles)
         deadline = time.monotonic() + timeout
+        loop = asyncio.get_running_loop()
+        slots = _context_slots.setdefault(loop, asyncio.Semaphore(CONTEXT_READS))
         try:
-            return await bounded_on_loop(timeout, self._render, config, identity, query, deadline)
+            return await limited_on_loop(slots, timeout, self._render, config, identity, query, deadline)
         except TimeoutError as exc:
             raise _too_slow(timeout) from exc
 

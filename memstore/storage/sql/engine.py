@@ -64,9 +64,10 @@ _loop_engines: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, As
 )
 """The async face's engines (``engine_for``): per loop, since an async driver's connections belong
 to the loop that opened them."""
-_loop_faces: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Engine]] = (
+_loop_faces: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Engine, Engine]] = (
     weakref.WeakKeyDictionary()
 )
+"""Per loop, each sync engine (an option engine too: the autocommit reader) to its async-face twin."""
 _typed: dict[URL, str] = {}
 """Each URL ``normalize_url`` returned, to the text it was last made from (for ``mask_url``)."""
 
@@ -144,23 +145,22 @@ def engine_for(engine: Engine) -> Engine:
     loop = running_loop()
     if loop is None or engine.dialect.is_async:
         return engine
-    url = engine.url.render_as_string(hide_password=False)
-    options = engine.get_execution_options()
-    key = (url, repr(sorted(options.items())))
     with _engines_lock:
-        faces = _loop_faces.setdefault(loop, {})
-        face = faces.get(key)
+        faces = _loop_faces.get(loop)
+        face = None if faces is None else faces.get(engine)
         if face is not None:
             return face
         if loop not in _loop_engines:
             _forget_closed_loops()
         engines = _loop_engines.setdefault(loop, {})
+        url = engine.url.render_as_string(hide_password=False)
         if url not in engines:
             engines[url] = _build_async_engine(engine.url)
         face = engines[url].sync_engine
+        options = engine.get_execution_options()
         if options:
             face = face.execution_options(**options)
-        faces[key] = face
+        _loop_faces.setdefault(loop, {})[engine] = face
         return face
 
 
