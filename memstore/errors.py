@@ -303,3 +303,17 @@ class AgentDocConflictError(MemstoreError):
 
 class AgentDocLimitError(MemstoreError):
     """A write refused because the scope would hold more documents or characters than allowed."""
+
+
+# -- the LangGraph store's items ---------------------------------------------------------------
+
+
+class StoreItemError(MemstoreError, ValueError):
+    """A store operation that cannot run as given: a namespace, key, value, filter, query or page
+    that breaks a rule or a size cap. The message names the rule, never the value (a namespace
+    label may be a user id). Nothing of the batch it came in was stored."""
+
+
+class StoreItemLimitError(MemstoreError):
+    """A batch refused because a scope would hold more live items than its ``max_items``; nothing
+    of the batch was stored."""

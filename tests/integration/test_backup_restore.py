@@ -38,8 +38,12 @@ from memstore.storage.sql.schema.models import (
     relations_table,
     scopes_table,
     sections_table,
+    store_item_history_table,
+    store_items_table,
     tags_table,
 )
+from memstore.storage.sql.store_items.items import ItemScope, ItemWrite
+from memstore.storage.sql.store_items.store import ItemStore
 from tests.integration.conftest import Cli
 
 TABLES = (
@@ -54,6 +58,8 @@ TABLES = (
     erasures_table,
     agent_documents_table,
     agent_document_versions_table,
+    store_items_table,
+    store_item_history_table,
 )
 MODEL = "openai:text-embedding-3-small@3"
 SIGNALS_AT = datetime(2026, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
@@ -176,6 +182,11 @@ def _populate(url: str) -> None:
         limits=limits,
         now=SIGNALS_AT,
     )
+    # The LangGraph store's items: one with its vector, one deleted (no value, no vector), and history.
+    items, scope = ItemStore(url), ItemScope("acme", "alice", "coder")
+    tea = ItemWrite(scope, ("memories", "alice"), "tea", '{"text":"绿茶"}', "绿茶", vector, MODEL)
+    items.write([tea, ItemWrite(scope, ("memories",), "gone", '{"n":1}')], now=SIGNALS_AT, max_items=10)
+    items.write([ItemWrite(scope, ("memories",), "gone", None)], now=SIGNALS_AT, max_items=10)
 
 
 def _queued_row() -> dict[str, Any]:

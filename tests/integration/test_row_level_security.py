@@ -5,11 +5,12 @@ made by ``grant_app_role`` (what ``memstore db grant-app-role`` runs). The super
 tenants' rows straight into every memory table: private, shared-to-a-user, shared-to-a-role and
 public facts with their grants, sections, history, embeddings, erasures, queue rows and claims,
 sessions, agent documents and their versions (two agents' own per tenant, each user's own),
-one user id present in both tenants, a grant in one tenant naming a user of the other. Then, as
-the application role, every table is read with a bare ``SELECT *``: with no identity nothing
-comes back, and with one set, exactly the rows the rules in ``schema/rls.py`` allow (an oracle
-written from the rules, plus spot checks by name). Writes across tenants and owners are refused
-or touch nothing, and the identity ends with its transaction, as a transaction-mode pooler needs.
+the LangGraph store's items and their history, one user id present in both tenants, a grant in
+one tenant naming a user of the other. Then, as the application role, every table is read with a
+bare ``SELECT *``: with no identity nothing comes back, and with one set, exactly the rows the
+rules in ``schema/rls.py`` allow (an oracle written from the rules, plus spot checks by name).
+Writes across tenants and owners are refused or touch nothing, and the identity ends with its
+transaction, as a transaction-mode pooler needs.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ from memstore.storage.sql.schema.models import (
     sections_table,
     session_turns_table,
     sessions_table,
+    store_item_history_table,
+    store_items_table,
     tags_table,
 )
 from tests.integration.conftest import Cli
@@ -193,6 +196,9 @@ def expected(identity: Identity) -> dict[str, set[Any]]:
         # The agent's own documents are the tenant's; a user's documents, with their versions, theirs.
         "memory_agent_documents": _docs(identity),
         "memory_agent_document_versions": _docs(identity),
+        # The store's items and their history are their user's alone.
+        "memory_store_items": {(identity.tenant_id, u) for u in users if u},
+        "memory_store_item_history": {(identity.tenant_id, u) for u in users if u},
     }
 
 
@@ -245,6 +251,10 @@ class Seeded:
             **{
                 table: {(r["tenant_id"], r["agent_name"], r["user_id"]) for r in rows[table]}
                 for table in ("memory_agent_documents", "memory_agent_document_versions")
+            },
+            **{
+                table: {(r["tenant_id"], r["user_id"]) for r in rows[table]}
+                for table in ("memory_store_items", "memory_store_item_history")
             },
         }
         assert set(named) == set(TABLES), "a new memory table needs a line here and in expected()"
@@ -308,6 +318,8 @@ def _seed(admin: Engine, seeded: Seeded) -> None:
                     claimed_at=NOW,
                 )
             )
+            if user:
+                _seed_store_item(conn, scope[0], user)
         for position, fact in enumerate(FACTS):
             scope_id = seeded.scope_id(fact.scope)
             canary = f"canary-{fact.key}-{uuid.uuid4().hex}"
@@ -405,6 +417,23 @@ def _seed_document(conn: Connection, doc: DocKey) -> None:
             content=content,
             created_at=NOW,
         )
+    )
+
+
+def _seed_store_item(conn: Connection, tenant: str, user: str) -> None:
+    key = {
+        "tenant_id": tenant,
+        "user_id": user,
+        "agent_name": AGENT,
+        "namespace": f"memories.{user}",
+        "key": "k",
+    }
+    value = f'{{"text": "store item of {tenant}/{user}"}}'
+    conn.execute(
+        insert(store_items_table).values(**key, value=value, version=1, created_at=NOW, updated_at=NOW)
+    )
+    conn.execute(
+        insert(store_item_history_table).values(**key, version=1, op="put", value=value, changed_at=NOW)
     )
 
 
@@ -668,6 +697,16 @@ DOC_VERSION_INSERT = (
 )
 
 
+ITEM_INSERT = (
+    "INSERT INTO memory_store_items (tenant_id, user_id, agent_name, namespace, key, value, version, "
+    "created_at, updated_at) VALUES (:t, :u, '', 'forged', 'k', '{}', 1, now(), now())"
+)
+ITEM_HISTORY_INSERT = (
+    "INSERT INTO memory_store_item_history (tenant_id, user_id, agent_name, namespace, key, version, op, "
+    "value, changed_at) VALUES (:t, :u, '', 'forged', 'k', 1, 'put', '{}', now())"
+)
+
+
 def test_inserts_for_another_tenant_or_user_are_refused(seeded: Seeded) -> None:
     alice = Identity.of("alice", tenant_id="acme")
     own, bobs = seeded.scope_id(("acme", "alice", AGENT)), seeded.scope_id(("acme", "bob", AGENT))
@@ -766,6 +805,12 @@ def test_inserts_for_another_tenant_or_user_are_refused(seeded: Seeded) -> None:
     for user in ("alice", ""):
         assert _changed(seeded, alice, DOC_INSERT, t="acme", u=user) == 1
         assert _changed(seeded, alice, DOC_VERSION_INSERT, t="acme", u=user) == 1
+    # A store item, or a history row of one, for another user of her tenant or in another tenant.
+    for tenant, user in (("acme", "bob"), ("globex", "alice")):
+        _refused(seeded, alice, ITEM_INSERT, t=tenant, u=user)
+        _refused(seeded, alice, ITEM_HISTORY_INSERT, t=tenant, u=user)
+    assert _changed(seeded, alice, ITEM_INSERT, t="acme", u="alice") == 1
+    assert _changed(seeded, alice, ITEM_HISTORY_INSERT, t="acme", u="alice") == 1
 
 
 def test_updates_and_deletes_of_rows_out_of_reach_touch_nothing(seeded: Seeded) -> None:
@@ -810,6 +855,15 @@ def test_updates_and_deletes_of_rows_out_of_reach_touch_nothing(seeded: Seeded) 
     _refused(seeded, alice, f"UPDATE {doc} SET tenant_id = 'globex'")
     _refused(seeded, alice, f"UPDATE {doc} SET agent_name = 'other' WHERE agent_name = 'agent'")
     _refused(seeded, alice, f"UPDATE {versions} SET content = 'forged'")
+    # The store's items: another user's are out of reach, admin or not; no key column may change
+    # and the history is never updated.
+    items, item_history = "memory_store_items", "memory_store_item_history"
+    assert _changed(seeded, erin, f"UPDATE {items} SET value = '{{}}' WHERE user_id = 'alice'") == 0
+    assert _changed(seeded, erin, f"DELETE FROM {item_history} WHERE user_id <> 'erin'") == 0
+    assert _changed(seeded, erin, f"UPDATE {items} SET value = '{{}}'") == 1
+    _refused(seeded, alice, f"UPDATE {items} SET user_id = 'bob'")
+    _refused(seeded, alice, f"UPDATE {items} SET tenant_id = 'globex'")
+    _refused(seeded, alice, f"UPDATE {item_history} SET value = 'forged'")
 
 
 # --- the role, the command and the operator's connection ----------------------------------------

@@ -8,7 +8,8 @@ so foreign keys, revisions and tombstones come back exactly as they were.
 
 The durable queue's tables are not memory but work in flight (conversation text waiting for the
 updater, leases held by this deployment's workers), and sessions are short-term memory that
-expires on its own, so they are neither read nor written. The agents' documents are.
+expires on its own, so they are neither read nor written. The agents' documents are, and the
+LangGraph store's items with their history.
 Every tenant's rows are, so on PostgreSQL both directions run on the operator's connection
 (``operator.py``): the application's role would read and write only the identity it set.
 """
@@ -56,9 +57,11 @@ from memstore.storage.sql.schema.models import (
     relations_table,
     scopes_table,
     sections_table,
+    store_item_history_table,
+    store_items_table,
     tags_table,
 )
-from memstore.storage.sql.search.embeddings import stored_vector, vector_matrix, vector_parameter
+from memstore.storage.sql.search.embeddings import vector_matrix, vector_parameter
 
 # Parents before children, so a restore satisfies every foreign key as it goes.
 BACKUP_TABLES: tuple[Table, ...] = (
@@ -73,6 +76,8 @@ BACKUP_TABLES: tuple[Table, ...] = (
     erasures_table,
     agent_documents_table,
     agent_document_versions_table,
+    store_items_table,
+    store_item_history_table,
 )
 BATCH_ROWS = 1000
 """Rows read or written per round trip: what a backup or restore holds in memory at once."""
@@ -218,8 +223,8 @@ def reset_sequences(conn: Connection) -> None:
 def _readable(column: Column[Any], dialect: str) -> ColumnElement[Any]:
     if isinstance(column.type, JSON):
         return cast(column, Text).label(column.name)
-    if isinstance(column.type, LargeBinary):
-        return stored_vector(dialect).label(column.name)
+    if isinstance(column.type, LargeBinary):  # a vector: ``array_send``'s binary array on PostgreSQL
+        return (func.array_send(column) if dialect == "postgresql" else column).label(column.name)
     return column
 
 
@@ -233,10 +238,14 @@ def _encoder(column: Column[Any], dialect: str) -> Callable[[Any, Row[Any]], Any
     """How a value read by ``_readable`` becomes JSON; ``None`` when it already is."""
     if isinstance(column.type, DateTime):
         return lambda value, _row: None if value is None else _utc(value).isoformat()
-    if isinstance(column.type, LargeBinary):  # the embedding's vector, ``dimension`` float32 values
-        return lambda value, row: base64.b64encode(
-            vector_matrix([value], row.dimension, dialect)[0].astype(_VECTOR_DTYPE).tobytes()
-        ).decode("ascii")
+    if isinstance(column.type, LargeBinary):  # a vector of ``dimension`` float32 values, or none
+        return lambda value, row: (
+            None
+            if value is None
+            else base64.b64encode(
+                vector_matrix([value], row.dimension, dialect)[0].astype(_VECTOR_DTYPE).tobytes()
+            ).decode("ascii")
+        )
     return None
 
 
@@ -245,7 +254,7 @@ def _decoder(column: Column[Any], dialect: str) -> Callable[[Any], Any] | None:
     if isinstance(column.type, DateTime):
         return lambda value: None if value is None else _utc(datetime.fromisoformat(value))
     if isinstance(column.type, LargeBinary):
-        return lambda value: vector_parameter(dialect, _vector(value))
+        return lambda value: None if value is None else vector_parameter(dialect, _vector(value))
     return None
 
 

@@ -43,6 +43,8 @@ from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import sections_table as _sections
 from memstore.storage.sql.schema.models import session_turns_table as _session_turns
 from memstore.storage.sql.schema.models import sessions_table as _sessions
+from memstore.storage.sql.schema.models import store_item_history_table as _store_history
+from memstore.storage.sql.schema.models import store_items_table as _store_items
 from memstore.storage.sql.schema.models import tags_table as _tags
 
 
@@ -126,6 +128,13 @@ def erase_user(
                     ),
                     "memory_sessions": _delete_where(
                         conn, _sessions, _of_user(_sessions, tenant_id, user_id)
+                    ),
+                    # The LangGraph store's items of every agent, and their history.
+                    "memory_store_item_history": _delete_where(
+                        conn, _store_history, _of_user(_store_history, tenant_id, user_id)
+                    ),
+                    "memory_store_items": _delete_where(
+                        conn, _store_items, _of_user(_store_items, tenant_id, user_id)
                     ),
                 }
                 _delete_where(conn, _claims, _of_user(_claims, tenant_id, user_id))

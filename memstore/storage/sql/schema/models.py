@@ -39,6 +39,7 @@ from memstore.storage.sql.schema.base import (
 )
 from memstore.storage.sql.schema.queue_models import MemoryQueueClaim, MemoryQueueItem
 from memstore.storage.sql.schema.session_models import MemorySession, MemorySessionTurn
+from memstore.storage.sql.schema.store_item_models import MemoryStoreItem, MemoryStoreItemHistory
 
 __all__ = ["NAMING_CONVENTION", "Base", "Json", "TenantId", "Timestamp"]
 
@@ -383,3 +384,5 @@ sessions_table = _table(MemorySession)
 session_turns_table = _table(MemorySessionTurn)
 agent_documents_table = _table(MemoryAgentDocument)
 agent_document_versions_table = _table(MemoryAgentDocumentVersion)
+store_items_table = _table(MemoryStoreItem)
+store_item_history_table = _table(MemoryStoreItemHistory)

@@ -1,4 +1,4 @@
-"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 to 0011.
+"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 to 0012.
 
 Each policy reads the identity memstore sets at the start of every transaction with
 ``set_config(name, value, true)`` (``storage/sql/identity.py``): ``memstore.tenant_id``,
@@ -26,7 +26,9 @@ The rules (docs/operations.md, "Tenants and row-level security"):
 - an agent's documents: everyone in the tenant reads and writes the agent's own (``user_id``
   ``''``: the agent edits them for whichever user it serves), a user's documents their user only;
   their versions likewise, never updated (an erase, on the operator connection, forgets a user's
-  name in them) (revision 0011).
+  name in them) (revision 0011);
+- the LangGraph store's items and their history: the owner only; the history is never updated
+  (revision 0012).
 
 SQLite has no row-level security: memstore's own statements carry the same predicates there, and
 the leak tests run every read path on both dialects.
@@ -54,6 +56,7 @@ _FACT_OWNED = f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}"
 _FACT_ADMINISTERED = f"tenant_id = {TENANT} AND visibility <> 'private' AND {IS_ADMIN}"
 _SCOPE_OWNED = f"tenant_id = {TENANT} AND coalesce(user_id, '') = {USER}"
 _AGENT_DOC = f"tenant_id = {TENANT} AND (user_id = '' OR user_id = {USER})"
+_USER_OWNED = f"tenant_id = {TENANT} AND user_id = {USER}"
 
 POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
     # table: (policy name, command, USING, WITH CHECK)
@@ -166,6 +169,14 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
         ("memstore_read", "SELECT", _AGENT_DOC, None),
         ("memstore_insert", "INSERT", None, _AGENT_DOC),
         ("memstore_prune", "DELETE", _AGENT_DOC, None),
+    ),
+    # The LangGraph store's items are their user's alone (revision 0012); their history is read,
+    # added and pruned by that user, never updated.
+    "memory_store_items": (("memstore_owner", "ALL", _USER_OWNED, _USER_OWNED),),
+    "memory_store_item_history": (
+        ("memstore_read", "SELECT", _USER_OWNED, None),
+        ("memstore_insert", "INSERT", None, _USER_OWNED),
+        ("memstore_prune", "DELETE", _USER_OWNED, None),
     ),
     "memory_queue_claims": (
         (

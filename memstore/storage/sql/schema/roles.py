@@ -120,6 +120,17 @@ UPDATABLE: dict[str, tuple[str, ...]] = {
         "expires_at",
     ),
     "memory_agent_documents": ("content", "chars", "version", "author", "actor", "updated_at", "deleted_at"),
+    "memory_store_items": (
+        "value",
+        "indexed_text",
+        "model",
+        "dimension",
+        "embedding",
+        "version",
+        "created_at",
+        "updated_at",
+        "deleted_at",
+    ),
 }
 """The columns the application updates, per table. No key column (``id``, ``tenant_id``,
 ``user_id``, ``agent_name``, ``scope_id``, ``fact_row_id``) is among them: the policies check a row's
