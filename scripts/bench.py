@@ -8,9 +8,11 @@ copy, with ``--write-docs``), and with ``--write-docs`` the generated regions of
 (the queue scenario and the large-scope one have their own, so ``--only queue`` or ``--only large``
 can refresh one alone). ``--only access`` runs the access-tracking scenario alone (request path with
 tracking on vs off) into ``results.json``; ``--only sessions`` the session-memory scenarios
-(``bench_sessions.py``: append, context and compression on SQLite, PostgreSQL and Redis).
+(``bench_sessions.py``: append, context and compression on SQLite, PostgreSQL and Redis);
+``--only async`` the async face (``bench_async.py``: a burst of ``memory_context`` calls on one
+event loop, async face vs thread pool, and the LangGraph store against LangGraph's async stores).
 
-    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access|tenancy|large|sessions]
+    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access|tenancy|large|sessions|async]
         [--out DIR] [--write-docs]
 
 PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
@@ -33,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import bench_async
 import bench_concurrency
 import bench_large
 import bench_large_report
@@ -99,7 +102,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["queue", "access", "tenancy", "large", "sessions"],
+        choices=["queue", "access", "tenancy", "large", "sessions", "async"],
         help="run one scenario; results.json keeps the others' entries, the chart is left alone "
         "(an access-only run never writes docs)",
     )
@@ -231,6 +234,12 @@ def run(
             )
             results += found
             _stage("sessions", started)
+        if only in (None, "async"):
+            started = time.perf_counter()
+            found, more = bench_async.async_scenarios(work, pg_url, pg_durability, mode_name)
+            results += found
+            notes += more
+            _stage("async", started)
         if only == "access":
             results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
         elif only in (None, "queue"):
@@ -251,6 +260,10 @@ def _is_tenancy(scenario: str) -> bool:
 
 def _is_sessions(scenario: str) -> bool:
     return scenario.startswith(bench_sessions.SCENARIO_PREFIX)
+
+
+def _is_async(scenario: str) -> bool:
+    return scenario.startswith(bench_async.SCENARIO_PREFIX)
 
 
 def _is_queue(scenario: str) -> bool:
@@ -282,8 +295,10 @@ def _blocks(meta: dict[str, Any], title: str, results: list[Result], rows: list[
         table = {"queue": bench_report.queue_table, "large": bench_large_report.large_table}.get(
             region, bench_report.results_table
         )
-        sessions = bench_sessions.sessions_table(ran) if region == "main" else ""
-        parts.append((header, bench_report.verdict_table(ratios), table(ran), sessions, notes) if ran else ())
+        tables: tuple[str, ...] = ()
+        if region == "main":
+            tables = (bench_sessions.sessions_table(ran), bench_async.async_table(ran))
+        parts.append((header, bench_report.verdict_table(ratios), table(ran), *tables, notes) if ran else ())
     return ["\n\n".join(part for part in block if part) for block in parts]
 
 
@@ -310,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             "tenancy": _is_tenancy,
             "large": _is_large,
             "sessions": _is_sessions,
+            "async": _is_async,
         }[args.only]
         bench_report.merge_json(out / "results.json", meta, results, rows, replaces)
     else:
@@ -318,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     blocks = _blocks(meta, title, results, rows)
     print("\n" + "\n\n".join(block for block in blocks if block))
     print(f"\nwrote {out / 'results.json'}" + ("" if args.only else f" and {out / 'chart.png'}"))
-    if args.write_docs and args.only in ("access", "tenancy", "sessions"):
+    if args.write_docs and args.only in ("access", "tenancy", "sessions", "async"):
         print(f"not writing docs/performance.md: a {args.only}-only run would replace the main table")
     elif args.write_docs:
         regions = (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS, bench_report.LARGE_MARKERS)

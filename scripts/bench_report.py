@@ -12,6 +12,7 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
+import bench_async
 import bench_large_report
 import bench_sessions
 import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot loads
@@ -258,6 +259,7 @@ TARGETS += _queue_targets()
 TARGETS += _search_targets()
 TARGETS += tuple(Target(**fields) for fields in bench_large_report.target_fields())
 TARGETS += tuple(Target(**fields) for fields in bench_sessions.target_fields())
+TARGETS += tuple(Target(**fields) for fields in bench_async.target_fields())
 
 
 def _value(result: Result, target: Target) -> float:

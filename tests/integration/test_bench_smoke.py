@@ -28,6 +28,18 @@ SESSION_SCENARIOS = (
     "session_compress_10turns_extract_off",
     "session_compress_10turns_extract_on",
 )
+
+ASYNC_CONTEXT = "async_memory_context_burst"
+ASYNC_STORE = tuple(f"async_store_{op}_{mode}" for op in ("put", "get", "search") for mode in ("seq", "c20"))
+
+
+def _async_targets(backend: str) -> set[str]:
+    """``bench_async``'s ratios on ``backend``: async face vs thread pool, each store figure of
+    memstore's vs LangGraph's."""
+    store = {f"{scenario.removeprefix('async_')}_{backend}_vs_langgraph" for scenario in ASYNC_STORE}
+    return {f"async_face_vs_thread_pool_{backend}", *store}
+
+
 SQLITE_VARIANTS = {
     "load_warm_100": {"sqlite", "file"},
     "load_cold_100": {"sqlite", "sqlite3_floor", "langgraph_sqlite", "file"},
@@ -50,6 +62,8 @@ SQLITE_VARIANTS = {
         for scenario in ("large_update_prompt", "large_update_apply")
     },
     **{scenario: {"sqlite"} for scenario in SESSION_SCENARIOS},
+    ASYNC_CONTEXT: {"sqlite_async_face", "sqlite_thread_pool"},
+    **{scenario: {"sqlite_memstore", "sqlite_langgraph"} for scenario in ASYNC_STORE},
 }
 PG_VARIANTS = {
     "load_warm_100": {"postgresql"},
@@ -65,6 +79,8 @@ PG_VARIANTS = {
     "tenancy_context_merge": {"own_only", "merged_100_shared"},
     **{scenario: {f"postgresql_{size}" for size in LARGE_SIZES} for scenario in LARGE_STORAGE},
     **{scenario: {"postgresql"} for scenario in SESSION_SCENARIOS},
+    ASYNC_CONTEXT: {"postgresql_async_face", "postgresql_thread_pool"},
+    **{scenario: {"postgresql_memstore", "postgresql_langgraph"} for scenario in ASYNC_STORE},
 }
 REDIS_VARIANTS = {scenario: {"redis"} for scenario in SESSION_SCENARIOS}
 QUEUE_LAYOUTS = {"1w": 1, "4w": 4, "16w": 16, "2x8w": 16}
@@ -92,6 +108,7 @@ SQLITE_TARGETS = {
     "large_update_prompt",
     "large_update_apply",
     "large_update_prompt_size",
+    *_async_targets("sqlite"),
 }
 PG_TARGETS = {
     "pg_concurrency",
@@ -106,6 +123,7 @@ PG_TARGETS = {
     *(f"{operation}_postgresql" for operation in SEARCH_OPERATIONS[1:]),
     *(f"{scenario}_postgresql" for scenario in LARGE_STORAGE),
     *(f"{scenario}_postgresql_vs_sqlite" for scenario in SESSION_SCENARIOS),
+    *_async_targets("postgresql"),
 }
 REDIS_TARGETS = {f"{scenario}_redis_vs_sqlite" for scenario in SESSION_SCENARIOS}
 
@@ -157,6 +175,8 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
         assert row["durability"]
         if row["scenario"].startswith("queue_llm_"):
             _check_queue_row(row)
+        if row["scenario"].startswith("async_"):
+            _check_async_row(row)
     assert seen == expected
     ratios = {row["target"]: row for row in payload["ratios"]}
     assert set(ratios) == targets
@@ -166,6 +186,8 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
     assert "smoke mode: the scale scenario used" in result.stdout
     assert "| 200ms | sqlite_16w | 16 |" in result.stdout  # the queue's own table
     assert "| append a user + assistant pair (one call, 2 turns), p50 | 5 |" in result.stdout  # sessions'
+    assert "| memory_context burst | SQLite | async_face |" in result.stdout  # the async scenarios'
+    assert "| store search, 20 at a time | SQLite | memstore |" in result.stdout
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 
     # --only queue replaces the queue's entries and keeps every other scenario's.
@@ -196,6 +218,15 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
     assert {row["target"] for row in merged["ratios"]} == targets
     assert "load_warm_100" not in rerun.stdout and "| 200ms | sqlite_1w | 1 |" in rerun.stdout
     assert (tmp_path / "chart.png").read_bytes() == chart
+
+
+def _check_async_row(row: dict[str, Any]) -> None:
+    """An async variant reports its p99, its throughput and its CPU per call, over every round."""
+    assert row["p99_ms"] >= row["p95_ms"] - 0.001  # results.json rounds extras to 3 decimals
+    assert row["throughput_per_s"] > 0 and row["cpu_ms_per_call"] >= 0
+    assert row["rounds"] >= 1 and row["concurrency"] >= 1
+    if row["scenario"].endswith("_seq"):
+        assert row["concurrency"] == 1
 
 
 def _check_queue_row(row: dict[str, Any]) -> None:
