@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import partial, wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 from sqlalchemy.util import await_only, greenlet_spawn
 from sqlalchemy.util.concurrency import in_greenlet
@@ -32,6 +33,13 @@ T = TypeVar("T")
 
 LOCK_POLL_SECONDS = 0.005
 """How often ``held`` retries a busy threading lock on the async face."""
+
+R = TypeVar("R")
+Closer = Callable[[Any], Awaitable[object]]
+_loop_resources: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[object, tuple[Any, Closer | None]]
+] = weakref.WeakKeyDictionary()
+_resources_lock = threading.Lock()
 
 _loop: ContextVar[asyncio.AbstractEventLoop | None] = ContextVar("memstore_face_loop", default=None)
 
@@ -101,6 +109,18 @@ async def _bounded(timeout: float, slots: asyncio.Semaphore | None, call: Callab
     raise TimeoutError(f"gave up after {timeout:.1f} s")
 
 
+async def awaited_within(timeout: float, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """``run_on_loop`` in a task of its own that neither the caller's deadline nor its cancellation
+    stops: the caller stops waiting after ``timeout`` (``TimeoutError``) and the call goes on, as a
+    pool thread does (building the provider, which may migrate the database, must finish once)."""
+    task = asyncio.ensure_future(run_on_loop(fn, *args, **kwargs))
+    task.add_done_callback(_consume)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        raise TimeoutError(f"gave up after {timeout:.1f} s")
+    return task.result()
+
+
 def on_loop(fn: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
     """``fn`` as a coroutine function on the async face: the async API's functions are these."""
 
@@ -116,6 +136,30 @@ def bounded_here(timeout: float, fn: Callable[P, T], /, *args: P.args, **kwargs:
     """From core code on the async face: ``bounded_on_loop`` (the sync core keeps its thread pools
     for the same bound)."""
     return await_only(bounded_on_loop(timeout, fn, *args, **kwargs))
+
+
+def loop_resource(key: object, build: Callable[[], R], close: Closer | None = None) -> R:
+    """The running loop's resource for ``key`` (an async HTTP client: its connections belong to
+    the loop that opened them), built on first use. ``close_loop_resources`` closes a loop's;
+    those of a loop that closed without it are dropped when another loop first asks."""
+    loop = asyncio.get_running_loop()
+    with _resources_lock:
+        if loop not in _loop_resources:
+            for closed in [other for other in _loop_resources if other.is_closed()]:
+                del _loop_resources[closed]
+        entries = _loop_resources.setdefault(loop, {})
+        if key not in entries:
+            entries[key] = (build(), close)
+        return cast(R, entries[key][0])
+
+
+async def close_loop_resources() -> None:
+    """Close the running loop's resources (``memstore.aio.aclose``, at a server's shutdown)."""
+    with _resources_lock:
+        entries = _loop_resources.pop(asyncio.get_running_loop(), {})
+    for resource, close in entries.values():
+        if close is not None:
+            await close(resource)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

@@ -16,7 +16,7 @@ rolled back, never committed half-way.
 
 import sys
 
-from memstore.async_face import on_loop
+from memstore.async_face import close_loop_resources, on_loop
 from memstore.ops import facts, sessions
 from memstore.storage.sql.engine import dispose_loop_engines
 
@@ -40,6 +40,7 @@ async def aclose() -> None:
     """Close the running loop's database pools and Redis session clients (a server's shutdown;
     a test's end)."""
     await dispose_loop_engines()
+    await close_loop_resources()
     # Loaded only once a Redis session store exists (the redis extra): else no client to close.
     redis_clients = sys.modules.get("memstore.storage.sessions.redis_clients")
     if redis_clients is not None:

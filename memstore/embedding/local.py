@@ -15,6 +15,7 @@ spin is cut to ``SPIN_COUNT`` unless the environment says how to wait.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from memstore.async_face import await_on_loop, running_loop
 from memstore.embedding.base import embeddable
 from memstore.embedding.vectors import normalized
 from memstore.errors import ConfigError, EmbeddingError
@@ -70,6 +72,10 @@ class LocalEmbedder:
         return first
 
     def _run(self, encode: Any, texts: Sequence[str]) -> np.ndarray:
+        if running_loop() is not None:
+            # The async face: model inference is CPU work that would stall the event loop (and the
+            # lock may be another thread's); it runs on a worker thread while the loop goes on.
+            return await_on_loop(asyncio.to_thread(self._run, encode, texts))
         try:
             with self._lock:
                 matrix = np.asarray(encode([embeddable(text) for text in texts]))

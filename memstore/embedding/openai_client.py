@@ -14,16 +14,14 @@ across a call's batches); anything else, a non-JSON or HTML body included, is an
 
 from __future__ import annotations
 
-import asyncio
 import math
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from openai import APIConnectionError, APIStatusError, AsyncOpenAI, OpenAI, OpenAIError, omit
 
-from memstore.async_face import await_on_loop, running_loop
+from memstore.async_face import await_on_loop, loop_resource, running_loop
 from memstore.config import MemoryConfig
 from memstore.embedding.base import embeddable
 from memstore.embedding.vectors import normalized
@@ -33,6 +31,10 @@ PLACEHOLDER_API_KEY = "not-needed"
 PARALLEL_REQUESTS = 4
 """Requests a bulk run keeps in flight. Four covered a 100 ms round trip (2.5x one at a time, and
 eight did no better); more would only sharpen a rate-limited account's bursts."""
+
+
+async def _close_client(client: AsyncOpenAI) -> None:
+    await client.close()
 
 
 def _failure(exc: OpenAIError) -> EmbeddingError:
@@ -67,10 +69,6 @@ class OpenAIEmbedder:
             "max_retries": 0,
         }
         self._client = OpenAI(**self._client_options)
-        # The async face's clients: an async client's connections belong to the loop that opened them.
-        self._loop_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncOpenAI] = (
-            weakref.WeakKeyDictionary()
-        )
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         rows: list[list[float]] = []
@@ -97,12 +95,11 @@ class OpenAIEmbedder:
             "dimensions": self._dimensions if self._dimensions else omit,
         }
         try:
-            loop = running_loop()
-            if loop is None:
+            if running_loop() is None:
                 client = self._client if timeout is None else self._client.with_options(timeout=timeout)
                 reply = client.embeddings.create(**request)
             else:
-                reply = await_on_loop(self._loop_client(loop, timeout).embeddings.create(**request))
+                reply = await_on_loop(self._loop_client(timeout).embeddings.create(**request))
             return self._vectors(reply.data, len(batch))
         except OpenAIError as exc:
             raise _failure(exc) from exc
@@ -113,10 +110,13 @@ class OpenAIEmbedder:
                 f"the embeddings endpoint sent a malformed reply: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _loop_client(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> AsyncOpenAI:
-        client = self._loop_clients.get(loop)
-        if client is None:
-            client = self._loop_clients[loop] = AsyncOpenAI(**self._client_options)
+    def _loop_client(self, timeout: float | None) -> AsyncOpenAI:
+        """The async face's client: one per event loop, its connections being the loop's."""
+        client = loop_resource(
+            ("embeddings", *sorted(self._client_options.items())),
+            lambda: AsyncOpenAI(**self._client_options),
+            _close_client,
+        )
         return client if timeout is None else client.with_options(timeout=timeout)
 
     def _vectors(self, data: Sequence[Any], count: int) -> list[list[float]]:

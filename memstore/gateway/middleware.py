@@ -16,13 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from memstore.async_face import limited_on_loop
+from memstore.async_face import awaited_within, limited_on_loop, loop_resource
 from memstore.capture.conversation import ConversationContext, capture_conversation
 from memstore.config import MemoryConfig, get_memory_config, ignored_env_settings
 from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
@@ -47,9 +46,6 @@ CONTEXT_READS = 4
 burst best (the rest queue, inside their own timeout): the sync face's pool threads, the async
 face's slots per event loop."""
 _CONTEXT_EXECUTOR = ThreadPoolExecutor(max_workers=CONTEXT_READS, thread_name_prefix="memstore-context")
-_context_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
 
 
 class MemoryMiddleware:
@@ -361,10 +357,13 @@ class MemoryMiddleware:
         timeout = config.memory_context_timeout_seconds
         identity = _identity(user_id, tenant_id, roles)
         deadline = time.monotonic() + timeout
-        loop = asyncio.get_running_loop()
-        slots = _context_slots.setdefault(loop, asyncio.Semaphore(CONTEXT_READS))
+        slots = loop_resource("memory-context-slots", lambda: asyncio.Semaphore(CONTEXT_READS))
         try:
-            return await limited_on_loop(slots, timeout, self._render, config, identity, query, deadline)
+            # The provider is built (and an embedded database migrated) to the end, whatever the
+            # deadline, as on the sync face's pool thread; then the read takes what time is left.
+            await awaited_within(timeout, get_memory_storage)
+            left = deadline - time.monotonic()
+            return await limited_on_loop(slots, left, self._render, config, identity, query, deadline)
         except TimeoutError as exc:
             raise _too_slow(timeout) from exc
 

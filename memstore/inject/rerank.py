@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx2
 
-from memstore.async_face import await_on_loop, bounded_here, running_loop
+from memstore.async_face import await_on_loop, bounded_here, loop_resource, running_loop
 from memstore.config import MemoryConfig
 from memstore.inject.relevance import MAX_QUERY_CHARS
 from memstore.inject.rerank_llm import RerankReplyError, completed, llm_order
@@ -136,16 +136,18 @@ async def _posted(url: str, data: bytes, headers: dict[str, str], timeout: float
     """The async face's POST: the reply's first ``MAX_REPLY_BYTES + 1`` bytes; an error status
     raises, as ``urlopen`` does."""
     raw = b""
-    async with (
-        httpx2.AsyncClient(timeout=timeout) as client,
-        client.stream("POST", url, content=data, headers=headers) as response,
-    ):
+    client = loop_resource("rerank-endpoint", httpx2.AsyncClient, _close_http)  # one per loop: its pool
+    async with client.stream("POST", url, content=data, headers=headers, timeout=timeout) as response:
         response.raise_for_status()
         async for chunk in response.aiter_bytes():
             raw += chunk
             if len(raw) > MAX_REPLY_BYTES:
                 break
     return raw[: MAX_REPLY_BYTES + 1]
+
+
+async def _close_http(client: httpx2.AsyncClient) -> None:
+    await client.aclose()
 
 
 def scored_order(reply: object, count: int) -> list[int]:

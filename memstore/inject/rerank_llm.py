@@ -13,15 +13,13 @@ late answer is worth nothing (the update's client, ``update.llm``, retries withi
 
 from __future__ import annotations
 
-import asyncio
 import json
-import weakref
 from functools import lru_cache
 from typing import Any
 
 from openai import AsyncOpenAI, OpenAI
 
-from memstore.async_face import await_on_loop, running_loop
+from memstore.async_face import await_on_loop, loop_resource, running_loop
 from memstore.config import MemoryConfig
 from memstore.inject.escaping import inline_text
 
@@ -59,18 +57,17 @@ def _client(base_url: str | None, api_key: str) -> OpenAI:
     return OpenAI(base_url=base_url, api_key=api_key, max_retries=0)
 
 
-_loop_clients: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str | None, str], AsyncOpenAI]
-] = weakref.WeakKeyDictionary()
-"""The async face's clients, per loop: an async client's connections belong to the loop that opened them."""
+def _loop_client(base_url: str | None, api_key: str) -> AsyncOpenAI:
+    """The async face's client for the endpoint and key: one per event loop."""
+    return loop_resource(
+        ("rerank-llm", base_url, api_key),
+        lambda: AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0),
+        _close_client,
+    )
 
 
-def _loop_client(loop: asyncio.AbstractEventLoop, base_url: str | None, api_key: str) -> AsyncOpenAI:
-    clients = _loop_clients.setdefault(loop, {})
-    client = clients.get((base_url, api_key))
-    if client is None:
-        client = clients[(base_url, api_key)] = AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=0)
-    return client
+async def _close_client(client: AsyncOpenAI) -> None:
+    await client.close()
 
 
 def llm_order(query: str, texts: list[str], config: MemoryConfig, timeout: float) -> list[int]:
@@ -83,13 +80,10 @@ def llm_order(query: str, texts: list[str], config: MemoryConfig, timeout: float
         "timeout": timeout,
         **options,
     }
-    loop = running_loop()
-    if loop is None:
+    if running_loop() is None:
         response = _client(config.llm_base_url, key).chat.completions.create(**request)
     else:
-        response = await_on_loop(
-            _loop_client(loop, config.llm_base_url, key).chat.completions.create(**request)
-        )
+        response = await_on_loop(_loop_client(config.llm_base_url, key).chat.completions.create(**request))
     content = response.choices[0].message.content if response.choices else None
     if not isinstance(content, str):
         raise RerankReplyError("the reply has no text")

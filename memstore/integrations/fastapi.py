@@ -181,15 +181,13 @@ def _with_retention(facts: list[dict[str, Any]], caller: Caller) -> list[dict[st
     return with_retention(facts, user_id=caller.user_id, storage=storage)
 
 
-async def _embed_import(caller: Caller) -> None:
-    await run_on_loop(_embed_imported, caller)
-
-
-def _embed_imported(caller: Caller) -> None:
+def _embed_import(caller: Caller) -> None:
     """After ``POST /import`` has answered: embed the caller's facts that lack a vector.
 
-    It runs after the response, so a large import is not held up by the model; a failure is a
-    WARNING (the import is stored; the next update, or ``memstore embed``, embeds the rest).
+    It runs after the response, in FastAPI's thread pool (bulk embedding is long work that waits
+    on its own pool: it must not hold the event loop), so a large import is not held up by the
+    model; a failure is a WARNING (the import is stored; the next update, or ``memstore embed``,
+    embeds the rest).
     """
     storage = get_memory_storage().for_identity(caller.tenant_id, caller.roles)
     outcome = embed_imported(storage, [(caller.user_id, None)])

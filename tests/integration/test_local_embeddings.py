@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
+from memstore.async_face import run_on_loop
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
 from memstore.embedding import get_embedder
@@ -70,3 +73,32 @@ def test_semantic_search_with_the_local_model_finds_chinese_facts_by_meaning(
     assert [fact.fact_id for fact in page.facts] == ["fact_00000002"]
     hybrid = search_facts("周末有什么户外活动推荐？", FactFilter(user_id="li"), mode="hybrid", limit=1)
     assert [fact.fact_id for fact in hybrid.facts] == ["fact_00000003"]
+
+
+def test_on_the_async_face_the_model_runs_off_the_event_loop(isolated_config: MemoryConfig) -> None:
+    """Inference is CPU work: on the async face it runs on a worker thread, so the loop keeps
+    serving (here: a 5 ms timer) while a batch is embedded, and the vectors are the sync face's."""
+    isolated_config.embedding_provider = "local"
+    embedder = get_embedder(isolated_config)
+    assert embedder is not None
+    texts = [f"note {index} about green tea and the piano" for index in range(64)]
+
+    async def main() -> tuple[np.ndarray, int]:
+        ticks = 0
+        done = asyncio.Event()
+
+        async def tick() -> None:
+            nonlocal ticks
+            while not done.is_set():
+                ticks += 1
+                await asyncio.sleep(0.005)
+
+        ticker = asyncio.create_task(tick())
+        vectors = await run_on_loop(embedder.embed_documents, texts)
+        done.set()
+        await ticker
+        return vectors, ticks
+
+    vectors, ticks = asyncio.run(main())
+    assert ticks >= 5, ticks
+    assert np.allclose(vectors, embedder.embed_documents(texts), atol=1e-5)

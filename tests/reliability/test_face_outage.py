@@ -26,7 +26,9 @@ from memstore.queue import get_memory_queue
 from memstore.queue.database import DatabaseUpdateQueue
 from memstore.storage.loader import reset_memory_storage
 from memstore.storage.sql.engine import dispose_engines
+from memstore.storage.sql.schema.migrate import head
 from tests.reliability.conftest import configure
+from tests.support.app_role import app_role_url
 from tests.support.faces import AsyncFace, Face
 from tests.support.pg_cluster import PgCluster
 
@@ -207,3 +209,61 @@ async def _and_close(work: Awaitable[T]) -> T:
         return await work
     finally:
         await aio.aclose()
+
+
+@pytest.mark.postgres
+def test_a_cancelled_read_under_row_level_security_stays_a_cancel(postgres_url: str, tmp_path: Path) -> None:
+    """The read's transaction (opened with the identity's settings) is on a connection the cancel
+    invalidated: no ROLLBACK may replace the cancel with an error of its own."""
+    with app_role_url(postgres_url) as app:
+        configure(data_dir=str(tmp_path / "data"), database_url=app, operator_database_url=postgres_url)
+        facts.create_memory_fact("First fact", user_id="alice")
+        blocker = create_engine(postgres_url)
+        with blocker.connect() as conn:
+            conn.execute(text("BEGIN"))
+            conn.execute(text("LOCK TABLE memory_scopes IN ACCESS EXCLUSIVE MODE"))  # reads wait
+
+            async def cancelled_read() -> None:
+                read = asyncio.create_task(aio.get_memory_data(user_id="alice"))
+                await asyncio.sleep(0.5)
+                assert not read.done()
+                read.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await read
+
+            try:
+                asyncio.run(_and_close(cancelled_read()))
+            finally:
+                conn.execute(text("ROLLBACK"))
+        blocker.dispose()
+        stored = asyncio.run(_and_close(aio.get_memory_data(user_id="alice")))
+        assert [fact["content"] for fact in stored["facts"]] == ["First fact"]
+        reset_memory_storage()
+
+
+def test_a_slow_first_migration_finishes_although_the_requests_give_up(tmp_path: Path) -> None:
+    """Building the provider migrates the embedded database; a request's deadline stops waiting
+    for it, never the migration itself (else every request would roll it back again)."""
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    configure(data_dir=str(tmp_path / "data"), database_url=url, memory_context_timeout_seconds=0.001)
+    middleware = MemoryMiddleware()
+
+    async def requests() -> None:
+        assert await middleware.amemory_context(user_id="alice") == ""  # gave up waiting
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not _at_head(tmp_path / "fresh.db"):
+            await asyncio.sleep(0.05)
+
+    asyncio.run(_and_close(requests()))
+    assert _at_head(tmp_path / "fresh.db")
+    reset_memory_storage()
+    dispose_engines()
+
+
+def _at_head(path: Path) -> bool:
+    with sqlite3.connect(path) as db:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "alembic_version" not in tables:
+            return False
+        (revision,) = db.execute("SELECT version_num FROM alembic_version").fetchone()
+    return bool(revision == head())

@@ -89,7 +89,10 @@ def reading(engine: Engine, reader: Engine, identity: Identity) -> Iterator[Conn
             try:
                 yield conn
             finally:
-                conn.exec_driver_sql("ROLLBACK")
+                # A connection lost or cancelled mid-read is invalidated: the server ends its
+                # transaction, and a ROLLBACK here would replace the real error with its own.
+                if not conn.invalidated:
+                    conn.exec_driver_sql("ROLLBACK")
             return
     with transaction(engine, identity) as conn:
         yield conn
