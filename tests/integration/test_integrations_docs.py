@@ -26,21 +26,30 @@ def examples() -> list[tuple[str, str | None]]:
 
 def test_every_section_has_a_checked_example() -> None:
     found = examples()
-    assert len(found) == 7
+    assert len(found) == 8
     assert all(output for _, output in found)
 
 
 def test_the_page_says_which_extractor_produced_each_output() -> None:
     text = DOC.read_text(encoding="utf-8")
     labels = re.findall(r"^Output \(([^)]*)\):$", text, re.MULTILINE)
-    assert len(labels) == 7
+    assert len(labels) == 8
     assert all("rule-based" in label or "no extractor" in label for label in labels)
 
 
 @pytest.mark.parametrize(
     "index",
-    range(7),
-    ids=["plain-python", "sessions-and-facts", "langchain", "langchain-agent-doc", "fastapi", "async", "mcp"],
+    range(8),
+    ids=[
+        "plain-python",
+        "sessions-and-facts",
+        "langchain",
+        "langchain-agent-doc",
+        "langgraph-store",
+        "fastapi",
+        "async",
+        "mcp",
+    ],
 )
 def test_example_prints_the_documented_output(index: int, tmp_path: Path) -> None:
     code, expected = examples()[index]
