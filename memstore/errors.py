@@ -317,3 +317,8 @@ class StoreItemError(MemstoreError, ValueError):
 class StoreItemLimitError(MemstoreError):
     """A batch refused because a scope would hold more live items than its ``max_items``; nothing
     of the batch was stored."""
+
+
+SETUP_ERRORS = (MigrationError, StorageSetupError, ConfigError)
+"""What no retry fixes: an operator must migrate the database or correct a setting. The request
+path raises these (the first call fails with the command that fixes it) and logs the rest."""

@@ -18,9 +18,8 @@ from typing import Any, TypedDict
 
 from memstore.agent_doc import MAIN_DOC_PATH
 from memstore.config import get_memory_config
-from memstore.errors import StorageUnavailableError
+from memstore.errors import SETUP_ERRORS, StorageUnavailableError
 from memstore.gateway.deadline import within
-from memstore.gateway.middleware import SETUP_ERRORS
 from memstore.gateway.user_context import effective_tenant, get_effective_user_id
 from memstore.inject.agent_prompt import build_agent_system_prompt
 from memstore.inject.tokens import count_tokens

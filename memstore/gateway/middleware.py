@@ -24,7 +24,7 @@ from typing import Any
 from memstore.async_face import awaited_within, limited_on_loop, loop_resource
 from memstore.capture.conversation import ConversationContext, capture_conversation
 from memstore.config import MemoryConfig, get_memory_config, ignored_env_settings
-from memstore.errors import ConfigError, MigrationError, StorageSetupError, StorageUnavailableError
+from memstore.errors import SETUP_ERRORS, StorageUnavailableError
 from memstore.gateway.ranking import injection_scores
 from memstore.gateway.session_hooks import EMPTY_CONTEXT, abounded, bounded, record_exchange
 from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
@@ -38,8 +38,6 @@ from memstore.storage.loader import get_memory_storage
 
 logger = logging.getLogger(__name__)
 
-SETUP_ERRORS = (MigrationError, StorageSetupError, ConfigError)
-"""What no retry fixes: an operator must migrate the database or correct a setting."""
 
 CONTEXT_READS = 4
 """Memory-context reads at once: each is a cheap query and some CPU, so a few at a time serve a
@@ -204,15 +202,7 @@ class MemoryMiddleware:
     ) -> None:
         call = self._exchange_recorder(config, messages, session_id, user_id, tenant_id)
         if call is not None:
-            bounded(
-                _CONTEXT_EXECUTOR,
-                config,
-                call,
-                doing="record the session turn",
-                fallback=None,
-                setup_errors=SETUP_ERRORS,
-                logger=logger,
-            )
+            bounded(_CONTEXT_EXECUTOR, config, call, doing="record the session turn", fallback=None)
 
     async def _arecord_exchange(
         self,
@@ -224,14 +214,7 @@ class MemoryMiddleware:
     ) -> None:
         call = self._exchange_recorder(config, messages, session_id, user_id, tenant_id)
         if call is not None:
-            await abounded(
-                config,
-                call,
-                doing="record the session turn",
-                fallback=None,
-                setup_errors=SETUP_ERRORS,
-                logger=logger,
-            )
+            await abounded(config, call, doing="record the session turn", fallback=None)
 
     def _exchange_recorder(
         self,
@@ -275,15 +258,7 @@ class MemoryMiddleware:
         if not config.enabled:
             return EMPTY_CONTEXT
         call = self._session_reader(session_id, user_id, tenant_id, max_tokens)
-        return bounded(
-            _CONTEXT_EXECUTOR,
-            config,
-            call,
-            doing="read the session",
-            fallback=EMPTY_CONTEXT,
-            setup_errors=SETUP_ERRORS,
-            logger=logger,
-        )
+        return bounded(_CONTEXT_EXECUTOR, config, call, doing="read the session", fallback=EMPTY_CONTEXT)
 
     async def asession_context(
         self,
@@ -298,14 +273,7 @@ class MemoryMiddleware:
         if not config.enabled:
             return EMPTY_CONTEXT
         call = self._session_reader(session_id, user_id, tenant_id, max_tokens)
-        return await abounded(
-            config,
-            call,
-            doing="read the session",
-            fallback=EMPTY_CONTEXT,
-            setup_errors=SETUP_ERRORS,
-            logger=logger,
-        )
+        return await abounded(config, call, doing="read the session", fallback=EMPTY_CONTEXT)
 
     def _session_reader(
         self, session_id: str, user_id: str | None, tenant_id: str | None, max_tokens: int | None

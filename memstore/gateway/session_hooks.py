@@ -10,6 +10,7 @@ instead of raising it, except a setup error that no retry fixes.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor
 from contextlib import contextmanager
@@ -18,12 +19,13 @@ from typing import Any, TypeVar
 from memstore.async_face import bounded_on_loop
 from memstore.capture.filtering import filter_messages_for_memory, memory_turns
 from memstore.config import MemoryConfig
-from memstore.errors import SessionLimitError, StorageUnavailableError
+from memstore.errors import SETUP_ERRORS, SessionLimitError, StorageUnavailableError
 from memstore.inject.session_context import SessionContext
 from memstore.ops import sessions
 from memstore.session import SessionTurn
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 EMPTY_CONTEXT = SessionContext([], None, [], 0, 0)
 _ROLES = {"human": "user", "ai": "assistant"}
 
@@ -39,21 +41,12 @@ def latest_exchange(messages: Iterable[Any]) -> list[dict[str, str]]:
     return [] if last_user is None else turns[last_user:]
 
 
-def bounded(
-    executor: Executor,
-    config: MemoryConfig,
-    call: Callable[[], T],
-    *,
-    doing: str,
-    fallback: T,
-    setup_errors: tuple[type[Exception], ...],
-    logger: Any,
-) -> T:
+def bounded(executor: Executor, config: MemoryConfig, call: Callable[[], T], *, doing: str, fallback: T) -> T:
     """``call()`` on ``executor`` within ``memory_context_timeout_seconds``; ``fallback`` (logged)
     on a timeout or failure, a setup error raised."""
     timeout = config.memory_context_timeout_seconds
     future = executor.submit(call)
-    with _logged(timeout, doing, setup_errors, logger):
+    with _logged(timeout, doing):
         try:
             return future.result(timeout=timeout)
         except TimeoutError:
@@ -62,30 +55,20 @@ def bounded(
     return fallback
 
 
-async def abounded(
-    config: MemoryConfig,
-    call: Callable[[], T],
-    *,
-    doing: str,
-    fallback: T,
-    setup_errors: tuple[type[Exception], ...],
-    logger: Any,
-) -> T:
+async def abounded(config: MemoryConfig, call: Callable[[], T], *, doing: str, fallback: T) -> T:
     """``bounded`` on the async face: ``call()`` on the event loop (``memstore.async_face``)."""
     timeout = config.memory_context_timeout_seconds
-    with _logged(timeout, doing, setup_errors, logger):
+    with _logged(timeout, doing):
         return await bounded_on_loop(timeout, call)
     return fallback
 
 
 @contextmanager
-def _logged(
-    timeout: float, doing: str, setup_errors: tuple[type[Exception], ...], logger: Any
-) -> Iterator[None]:
+def _logged(timeout: float, doing: str) -> Iterator[None]:
     """Log and swallow what a session call may fail with; a setup error is raised."""
     try:
         yield
-    except setup_errors:
+    except SETUP_ERRORS:
         raise
     except TimeoutError:
         logger.warning("session store took longer than %.1f s to %s; continuing without it", timeout, doing)

@@ -151,42 +151,37 @@ class LangChainMemoryMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self._resolve_tenant = tenant_resolver
         self._resolve_roles = roles_resolver
 
-    def _request_with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def _reads(self, request: ModelRequest[Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """What the model call reads, for the caller's identity: the memory block's arguments and,
+        with session memory and a thread, the session's (``None``: no session to read)."""
         runtime = request.runtime
-        block = self._memory.memory_context(
-            user_id=self._resolve_user(runtime),
-            query=latest_user_text(request.messages),
-            tenant_id=self._resolve_tenant(runtime),
-            roles=self._resolve_roles(runtime),
-        )
+        user, tenant = self._resolve_user(runtime), self._resolve_tenant(runtime)
+        memory = {
+            "user_id": user,
+            "query": latest_user_text(request.messages),
+            "tenant_id": tenant,
+            "roles": self._resolve_roles(runtime),
+        }
         thread_id = _thread_id()
-        session = None
-        if self._session_memory and thread_id:
-            session = self._memory.session_context(
-                session_id=thread_id,
-                user_id=self._resolve_user(runtime),
-                tenant_id=self._resolve_tenant(runtime),
-            )
-        return _composed(request, block, session)
+        session = (
+            {"session_id": thread_id, "user_id": user, "tenant_id": tenant}
+            if self._session_memory and thread_id
+            else None
+        )
+        return memory, session
+
+    def _request_with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        memory, session = self._reads(request)
+        block = self._memory.memory_context(**memory)
+        context = None if session is None else self._memory.session_context(**session)
+        return _composed(request, block, context)
 
     async def _arequest_with_memory(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         """``_request_with_memory`` on the async face: the reads are awaited on the event loop."""
-        runtime = request.runtime
-        block = await self._memory.amemory_context(
-            user_id=self._resolve_user(runtime),
-            query=latest_user_text(request.messages),
-            tenant_id=self._resolve_tenant(runtime),
-            roles=self._resolve_roles(runtime),
-        )
-        thread_id = _thread_id()
-        session = None
-        if self._session_memory and thread_id:
-            session = await self._memory.asession_context(
-                session_id=thread_id,
-                user_id=self._resolve_user(runtime),
-                tenant_id=self._resolve_tenant(runtime),
-            )
-        return _composed(request, block, session)
+        memory, session = self._reads(request)
+        block = await self._memory.amemory_context(**memory)
+        context = None if session is None else await self._memory.asession_context(**session)
+        return _composed(request, block, context)
 
     def wrap_model_call(
         self,
