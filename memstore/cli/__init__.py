@@ -112,6 +112,7 @@ def _register() -> None:
     from memstore.cli.sessions import sessions
     from memstore.cli.show import show
     from memstore.cli.stats import stats
+    from memstore.cli.store_items import store
     from memstore.cli.transfer import export_command, import_command
 
     agent_doc.add_command(import_docs)
@@ -136,6 +137,7 @@ def _register() -> None:
     main.add_command(sessions)
     main.add_command(show)
     main.add_command(stats)
+    main.add_command(store)
     main.add_command(vacuum)
     main.add_command(worker)
     _add_common_options(main)
