@@ -23,7 +23,8 @@ import asyncio
 import json
 import secrets
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,8 @@ def configured(
     ranked injection run) and a durable queue nobody drains unless the test flushes it."""
     isolated_config.database_url = arena.url
     isolated_config.operator_database_url = arena.owner_url if arena.app_role else None
+    # Every read must answer: a loaded machine's slow first read on a new loop is not a leak.
+    isolated_config.memory_context_timeout_seconds = 30
     isolated_config.embedding_model = MODEL
     isolated_config.embedding_base_url = openai_server.base_url
     isolated_config.embedding_provider = "openai"
@@ -291,7 +294,12 @@ def _http_app() -> FastAPI:
     def roles(request: Request) -> list[str]:
         return [role for role in request.headers.get("X-Roles", "").split(",") if role]
 
-    app = FastAPI()
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await aio.aclose()  # as a gateway's shutdown does: the loop's clients and pools
+
+    app = FastAPI(lifespan=lifespan)
     app.include_router(create_memory_router(user, current_tenant_id=tenant, current_roles=roles))
     return app
 
