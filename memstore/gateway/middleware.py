@@ -94,8 +94,11 @@ class MemoryMiddleware:
         config = self._current_config()
         if not config.enabled or not thread_id:
             return
-        if self._session_memory:
-            self._record_exchange(config, messages, thread_id, user_id, tenant_id)
+        record = self._session_memory and self._exchange_recorder(
+            config, messages, thread_id, user_id, tenant_id
+        )
+        if record:
+            bounded(_CONTEXT_EXECUTOR, config, record, doing="record the session turn", fallback=None)
         with self._queue_failures():
             context = self._captured(messages, thread_id, user_id, tenant_id, roles)
             if context is not None:
@@ -115,8 +118,11 @@ class MemoryMiddleware:
         config = self._current_config()
         if not config.enabled or not thread_id:
             return
-        if self._session_memory:
-            await self._arecord_exchange(config, messages, thread_id, user_id, tenant_id)
+        record = self._session_memory and self._exchange_recorder(
+            config, messages, thread_id, user_id, tenant_id
+        )
+        if record:
+            await abounded(config, record, doing="record the session turn", fallback=None)
         with self._queue_failures():
             context = self._captured(messages, thread_id, user_id, tenant_id, roles)
             if context is not None:
@@ -191,30 +197,6 @@ class MemoryMiddleware:
                 user_id=user_id, query=query, tenant_id=tenant_id, roles=roles
             )
         return ""
-
-    def _record_exchange(
-        self,
-        config: MemoryConfig,
-        messages: Iterable[Any],
-        session_id: str,
-        user_id: str | None,
-        tenant_id: str | None,
-    ) -> None:
-        call = self._exchange_recorder(config, messages, session_id, user_id, tenant_id)
-        if call is not None:
-            bounded(_CONTEXT_EXECUTOR, config, call, doing="record the session turn", fallback=None)
-
-    async def _arecord_exchange(
-        self,
-        config: MemoryConfig,
-        messages: Iterable[Any],
-        session_id: str,
-        user_id: str | None,
-        tenant_id: str | None,
-    ) -> None:
-        call = self._exchange_recorder(config, messages, session_id, user_id, tenant_id)
-        if call is not None:
-            await abounded(config, call, doing="record the session turn", fallback=None)
 
     def _exchange_recorder(
         self,

@@ -31,6 +31,7 @@ from memstore.storage.sql.identity import set_identity
 from memstore.storage.sql.maintenance.erase import lock_user
 from memstore.storage.sql.schema.models import store_item_history_table as _history
 from memstore.storage.sql.schema.models import store_items_table as _items
+from memstore.storage.sql.schema.roles import UPDATABLE
 from memstore.storage.sql.scoped import ScopedConnections
 from memstore.storage.sql.search.embeddings import vector_matrix, vector_parameter
 from memstore.storage.sql.store_items.items import (
@@ -256,17 +257,8 @@ def _rank_key(entry: tuple[float | None, int, Any]) -> tuple[int, float, int]:
 
 
 _KEY = ("tenant_id", "user_id", "agent_name", "namespace", "key")
-_COLUMNS = (
-    "value",
-    "indexed_text",
-    "model",
-    "dimension",
-    "embedding",
-    "version",
-    "created_at",
-    "updated_at",
-    "deleted_at",
-)
+_COLUMNS = UPDATABLE["memory_store_items"]
+"""The columns an overwrite sets: the ones the application role is granted to update."""
 
 
 def _keyed(table: Any) -> ColumnElement[bool]:
