@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BASE_STAMP := $(VENV)/.installed-base
 
-.PHONY: setup test lint typecheck pytest demo clean migrations bench
+.PHONY: setup test lint typecheck pytest pytest-pgbouncer demo clean migrations bench
 
 setup: $(STAMP)
 
@@ -30,9 +30,16 @@ typecheck: $(STAMP)
 
 # One worker per core (pytest-xdist): every test has its own tmp_path and database, and the suite
 # is CPU-bound, so two cores halve it. PYTEST_ARGS="-n 0" runs it in one process. Each with-*.sh
-# starts a throwaway server (PostgreSQL, Redis) unless its MEMSTORE_TEST_*_URL is already set.
+# starts a throwaway server (PostgreSQL, PgBouncer, Redis) unless its MEMSTORE_TEST_*_URL is set.
+# With no PYTEST_ARGS a second pass follows: the contract, queue and isolation suites' PostgreSQL
+# tests through PgBouncer in transaction pooling mode (scripts/run-pytest.sh; pytest-pgbouncer alone).
+SERVERS := scripts/with-postgres.sh scripts/with-pgbouncer.sh scripts/with-redis.sh
+
 pytest: $(STAMP)
-	scripts/with-postgres.sh scripts/with-redis.sh $(BIN)/python -m pytest -n auto $(PYTEST_ARGS)
+	$(SERVERS) scripts/run-pytest.sh $(BIN)/python $(PYTEST_ARGS)
+
+pytest-pgbouncer: $(STAMP)
+	$(SERVERS) scripts/run-pytest.sh $(BIN)/python --pooled
 
 test: lint typecheck pytest
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
 from memstore.config import MemoryConfig, set_memory_config
@@ -15,8 +17,30 @@ from memstore.storage.sql.engine import dispose_engines
 from memstore.storage.sql.schema.migrate import upgrade
 from tests.support.faces import AsyncFace, Face, SyncFace
 from tests.support.openai_server import OpenAIStubServer, RunningServer
-from tests.support.postgres import fresh_database, server_url_or_skip
+from tests.support.postgres import fresh_database, routed_through_pgbouncer, server_url_or_skip
 from tests.support.redis_server import redis_url_or_skip
+
+
+def pytest_configure() -> None:
+    """In the pass through PgBouncer, the tests' own engines (``create_engine`` on a test database's
+    URL, to look at rows as the server's owner) read ``?prepare_threshold=none`` as memstore's engines
+    do; memstore's own handling of it is proven in the direct pass (tests/integration/test_pgbouncer.py)."""
+    if routed_through_pgbouncer():
+        event.listen(Engine, "do_connect", _prepare_threshold_none)
+
+
+def _prepare_threshold_none(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+    # Only the URL's text: memstore's own engines have already handed psycopg None.
+    if isinstance(cparams.get("prepare_threshold"), str):
+        cparams["prepare_threshold"] = None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for the PostgreSQL server is a ``postgres`` test, as the dialect-parametrised
+    ones are marked: ``make test``'s pass through PgBouncer selects them with ``-m postgres``."""
+    for item in items:
+        if "pg_server_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
 
 
 @pytest.fixture(autouse=True)

@@ -45,6 +45,9 @@ PG_CONNECT_TIMEOUT_SECONDS = 10
 """Engines are built with ``hide_parameters``: a failed statement's error (and so every log line
 that prints it) never carries the values bound to it, which are users' ids and words."""
 DEFAULT_SQLITE_FILE = "memory.db"
+PREPARE_THRESHOLD_OPTION = "prepare_threshold"
+"""A PostgreSQL URL's query option that memstore, not libpq, reads (``prepare_threshold``)."""
+PSYCOPG_PREPARE_THRESHOLD = 5
 # Execution option: a connection carrying it begins its transaction with BEGIN IMMEDIATE.
 SQLITE_WRITE_OPTION = "memstore_sqlite_write"
 # Execution option: how long (ms) that BEGIN IMMEDIATE waits for another writer; default above.
@@ -121,9 +124,29 @@ def normalize_url(url: str | URL) -> URL:
     if backend not in ("postgresql", "sqlite"):
         raise ConfigError(f"database_url {mask_url(url)!r}: only sqlite and postgresql are supported")
     normalized = parsed.set(drivername="postgresql+psycopg") if backend == "postgresql" else parsed
+    if PREPARE_THRESHOLD_OPTION in parsed.query:
+        if backend != "postgresql":
+            raise ConfigError(f"database_url {mask_url(url)!r}: {PREPARE_THRESHOLD_OPTION} is for PostgreSQL")
+        prepare_threshold(parsed)  # raises ConfigError on a bad value
     if isinstance(url, str):
         _typed[normalized] = url
     return normalized
+
+
+def prepare_threshold(url: URL) -> int | None:
+    """psycopg's ``prepare_threshold`` for ``url``: its ``?prepare_threshold=`` (``none`` turns server-side
+    prepared statements off, which a transaction pooler such as PgBouncer before 1.21 needs: a statement
+    prepared on one server connection is missing on the next), else psycopg's default of 5."""
+    value = url.query.get(PREPARE_THRESHOLD_OPTION, str(PSYCOPG_PREPARE_THRESHOLD))
+    text = value if isinstance(value, str) else ",".join(value)
+    if text.lower() == "none":
+        return None
+    if text.isdigit() and len(text) <= 6:
+        return int(text)
+    raise ConfigError(
+        f"database_url {mask_url(url)!r}: {PREPARE_THRESHOLD_OPTION} must be 'none' or a whole number, "
+        f"not {text[:32]!r}"
+    )
 
 
 def get_engine(url: str | URL) -> Engine:
@@ -205,9 +228,22 @@ def _postgresql_options(url: URL) -> dict[str, Any]:
     }
 
 
+def _configure_postgresql(engine: Engine) -> Engine:
+    """Hand ``?prepare_threshold=`` to psycopg as the connection argument it is; libpq, which gets
+    the URL's other query values, would refuse it as an unknown option."""
+    threshold = prepare_threshold(engine.url)
+
+    @event.listens_for(engine, "do_connect")
+    def _on_connect(_dialect: Any, _record: Any, _cargs: Any, cparams: dict[str, Any]) -> None:
+        cparams.pop(PREPARE_THRESHOLD_OPTION, None)
+        cparams["prepare_threshold"] = threshold
+
+    return engine
+
+
 def _build_engine(url: URL) -> Engine:
     if url.get_backend_name() == "postgresql":
-        return create_engine(url, **_postgresql_options(url))
+        return _configure_postgresql(create_engine(url, **_postgresql_options(url)))
     _create_sqlite_folder(url)
     engine = create_engine(url, connect_args={"check_same_thread": False}, hide_parameters=True)
     _configure_sqlite(engine)
@@ -217,7 +253,9 @@ def _build_engine(url: URL) -> Engine:
 def _build_async_engine(url: URL) -> AsyncEngine:
     """The async face's engine: psycopg's async connection, or aiosqlite, configured as above."""
     if url.get_backend_name() == "postgresql":
-        return create_async_engine(url, **_postgresql_options(url))
+        engine = create_async_engine(url, **_postgresql_options(url))
+        _configure_postgresql(engine.sync_engine)
+        return engine
     if (url.database or ":memory:") == ":memory:" or "mode=memory" in (url.database or ""):
         raise ConfigError(
             "an in-memory SQLite database is private to its connection: the async face cannot reach "

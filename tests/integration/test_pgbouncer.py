@@ -1,0 +1,190 @@
+"""memstore behind PgBouncer in transaction pooling mode (issue 36), in ``make test``'s direct pass.
+
+The throwaway pooler of scripts/with-pgbouncer.sh (``pool_mode = transaction``) hands each
+transaction whichever server connection is free, so nothing may live on a server connection
+between transactions: not an identity, a timeout, an advisory lock, nor a prepared statement.
+The contract, queue and isolation suites run again through the same pooler in the second pass
+(``MEMSTORE_TEST_THROUGH_PGBOUNCER``); this module proves what that pass takes for granted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+import memstore
+from memstore.config import MemoryConfig, set_memory_config
+from memstore.errors import ConfigError
+from memstore.storage.loader import get_memory_storage, reset_memory_storage
+from memstore.storage.sql.engine import dispose_engines, get_engine
+from memstore.storage.sql.schema.migrate import current, head, upgrade
+from tests.support.faces import Face
+from tests.support.postgres import fresh_database, pgbouncer_url_or_skip
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def direct_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh, empty database on the server itself (no migration yet)."""
+    with fresh_database(pg_server_url) as url:
+        yield url
+        dispose_engines()
+
+
+def pooled(url: str, *, threshold: str = "none") -> str:
+    """``url``'s database through the test pooler, with ``?prepare_threshold=`` set."""
+    bouncer = make_url(pgbouncer_url_or_skip())
+    routed = make_url(url).set(host=bouncer.host, port=bouncer.port)
+    return routed.update_query_dict({"prepare_threshold": threshold}).render_as_string(hide_password=False)
+
+
+def _repeat_on_two_server_connections(engine: Engine) -> None:
+    """One client connection runs a statement often enough for psycopg to prepare it (each run its own
+    transaction, as memstore's are), then runs it again while a second client connection holds the
+    only server connection the first one has used, so the pooler hands it another server connection."""
+    statement = text("SELECT count(*) FROM pg_catalog.pg_class WHERE relname = :name")
+    with engine.connect() as client, engine.connect() as holder:
+        for _ in range(8):
+            client.execute(statement, {"name": "pg_class"})
+            client.commit()
+        with holder.begin():
+            holder.execute(text("SELECT 1"))
+            client.execute(statement, {"name": "pg_class"})
+            client.commit()
+
+
+def test_prepared_statements_break_transaction_pooling_unless_turned_off(direct_url: str) -> None:
+    """The reason for ``?prepare_threshold=none``: psycopg's default prepares a statement on the server
+    connection it happened to have, and the pooler's next transaction may run on another one."""
+    default = get_engine(pooled(direct_url, threshold="5"))
+    with pytest.raises(DBAPIError, match=r"prepared statement .* does not exist"):
+        _repeat_on_two_server_connections(default)
+    safe = get_engine(pooled(direct_url))
+    _repeat_on_two_server_connections(safe)
+    with safe.connect() as conn:
+        assert conn.connection.driver_connection.prepare_threshold is None  # type: ignore[union-attr]
+
+
+def test_migrations_run_through_the_pooler_once_however_many_start_together(direct_url: str) -> None:
+    """``memstore db upgrade`` (and every process's auto-migration) holds a transaction advisory lock,
+    never a session one, so it works through a transaction pooler: four at once migrate once."""
+    url = pooled(direct_url)
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        try:
+            upgrade(url)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=migrate) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert current(direct_url) == head()
+
+
+def _server_state(direct: Engine) -> dict[str, int]:
+    """What memstore's sessions left on the server: advisory locks and backends still in a transaction."""
+    with direct.connect() as conn:
+        locks = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+        ).scalar_one()
+        idle_in_transaction = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()"
+            )
+        ).scalar_one()
+    return {"advisory_locks": int(locks), "idle_in_transaction": int(idle_in_transaction)}
+
+
+def test_a_request_leaves_no_session_state_on_the_pooled_server_connections(
+    face: Face, direct_url: str, tmp_path: Path
+) -> None:
+    """Identity, timeouts and locks are transaction-local: after memstore's writes and reads through
+    the pooler (both faces), every server connection it used reads the settings as unset."""
+    upgrade(direct_url)
+    url = pooled(direct_url)
+    set_memory_config(MemoryConfig(data_dir=str(tmp_path / "data"), database_url=url))
+    reset_memory_storage()
+    get_memory_storage()
+    for user in ("alice", "bob"):
+        face.call("create_memory_fact", f"{user} keeps bees", user_id=user, tenant_id="acme")
+        facts = face.call("get_memory_data", user_id=user, tenant_id="acme")["facts"]
+        assert [fact["content"] for fact in facts] == [f"{user} keeps bees"]
+    face.call("clear_memory_data", user_id="bob", tenant_id="acme")
+
+    # Every pooled server connection in turn: hold them all at once so each is a different one.
+    probe = create_engine(url, poolclass=NullPool, connect_args={"prepare_threshold": None})
+    connections = [probe.connect() for _ in range(6)]
+    try:
+        for conn in connections:
+            row = conn.execute(
+                text(
+                    "SELECT current_setting('memstore.tenant_id', true),"
+                    " current_setting('memstore.user_id', true),"
+                    " current_setting('statement_timeout'), current_setting('lock_timeout'),"
+                    " (SELECT count(*) FROM pg_prepared_statements)"
+                )
+            ).one()
+            assert tuple(row) in {("", "", "0", "0", 0), (None, None, "0", "0", 0)}, tuple(row)
+    finally:
+        for conn in connections:
+            conn.close()
+        probe.dispose()
+    assert _server_state(create_engine(direct_url, poolclass=NullPool)) == {
+        "advisory_locks": 0,
+        "idle_in_transaction": 0,
+    }
+    reset_memory_storage()
+    dispose_engines()
+
+
+@pytest.mark.parametrize("value", ["never", "-1", "1e3", "99999999"])
+def test_a_bad_prepare_threshold_is_a_config_error_naming_the_option(value: str) -> None:
+    with pytest.raises(ConfigError, match="prepare_threshold must be 'none' or a whole number"):
+        get_engine(f"postgresql://memstore@127.0.0.1:1/memstore?prepare_threshold={value}")
+
+
+def test_prepare_threshold_is_refused_on_sqlite(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="prepare_threshold is for PostgreSQL"):
+        get_engine(f"sqlite:///{tmp_path / 'memory.db'}?prepare_threshold=none")
+
+
+def test_the_public_api_sets_no_session_state_a_pooler_would_leak(direct_url: str, tmp_path: Path) -> None:
+    """The module-level helpers (what a gateway calls) through the pooler, many threads at once: every
+    write lands as its own identity though the pooler mixes the server connections under them."""
+    upgrade(direct_url)
+    set_memory_config(MemoryConfig(data_dir=str(tmp_path / "data"), database_url=pooled(direct_url)))
+    reset_memory_storage()
+    users = [f"user{index}" for index in range(12)]
+
+    def write(user: str) -> None:
+        for turn in range(5):
+            memstore.create_memory_fact(f"{user} fact {turn}", user_id=user, tenant_id="acme")
+
+    threads = [threading.Thread(target=write, args=(user,)) for user in users]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for user in users:
+        facts = memstore.get_memory_data(user_id=user, tenant_id="acme")["facts"]
+        contents = sorted(fact["content"] for fact in facts)
+        assert contents == [f"{user} fact {turn}" for turn in range(5)]
+    reset_memory_storage()
+    dispose_engines()
