@@ -66,7 +66,7 @@ _WHERE = (
 # A shared fact's grants as ``kind:name,kind:name`` (``grants.parse_grants``); NULL for the others.
 _GRANTS = (
     "CASE WHEN f.visibility = 'shared' THEN (SELECT {aggregate}(g.grantee_kind || ':' || g.grantee, ',') "
-    "FROM memory_fact_grants g WHERE g.fact_row_id = f.id) END"
+    "FROM memory_fact_grants g WHERE g.scope_id = f.scope_id AND g.fact_row_id = f.id) END"
 )
 _LIVE = "FROM memory_facts f WHERE f.scope_id = s.id AND f.deleted_revision IS NULL"
 # The record columns (``record_values.Record``) as one array, NULL when all hold their defaults
@@ -84,7 +84,8 @@ _RECORD = (
 )
 _LINKS = (
     "(SELECT {aggregate}({pair}(g.fact_id, t.tag)) FROM memory_fact_tags t "
-    "JOIN memory_facts g ON g.id = t.fact_row_id WHERE t.scope_id = s.id){cast} AS tags, "
+    "JOIN memory_facts g ON g.scope_id = t.scope_id AND g.id = t.fact_row_id "
+    "WHERE t.scope_id = s.id){cast} AS tags, "
     "(SELECT {aggregate}({pair}(r.fact_id, r.kind, r.target_fact_id)) FROM memory_fact_relations r "
     "WHERE r.scope_id = s.id){cast} AS relations"
 )

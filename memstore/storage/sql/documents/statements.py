@@ -310,7 +310,9 @@ _FACT_ROW_ID = (
     .where(_facts.c.scope_id == bindparam("b_scope_id"), _facts.c.fact_id == bindparam("b_fact_id"))
     .scalar_subquery()
 )
-DELETE_GRANTS = delete(_grants).where(_grants.c.fact_row_id == _FACT_ROW_ID)
+DELETE_GRANTS = delete(_grants).where(
+    _grants.c.scope_id == bindparam("b_scope_id"), _grants.c.fact_row_id == _FACT_ROW_ID
+)
 INSERT_GRANT = insert(_grants).values(
     fact_row_id=_FACT_ROW_ID,
     grantee_kind=bindparam("b_kind"),
@@ -319,7 +321,9 @@ INSERT_GRANT = insert(_grants).values(
     tenant_id=bindparam("b_tenant_id"),
 )
 # A fact's tags and its relations, replaced as a whole when a save writes the fact (``write.write_links``).
-DELETE_TAGS = delete(_tags).where(_tags.c.fact_row_id == _FACT_ROW_ID)
+DELETE_TAGS = delete(_tags).where(
+    _tags.c.scope_id == bindparam("b_scope_id"), _tags.c.fact_row_id == _FACT_ROW_ID
+)
 INSERT_TAG = insert(_tags).values(
     fact_row_id=_FACT_ROW_ID,
     tag=bindparam("b_tag"),
@@ -328,7 +332,7 @@ INSERT_TAG = insert(_tags).values(
 )
 TAGS_QUERY = (
     select(_facts.c.fact_id, _tags.c.tag)
-    .join(_facts, _facts.c.id == _tags.c.fact_row_id)
+    .join(_facts, and_(_facts.c.scope_id == _tags.c.scope_id, _facts.c.id == _tags.c.fact_row_id))
     .where(_tags.c.scope_id == bindparam("scope_id"))
 )
 DELETE_RELATIONS = delete(_relations).where(
@@ -371,6 +375,6 @@ RELATIONS_QUERY = select(_relations.c.fact_id, _relations.c.kind, _relations.c.t
 )
 GRANTS_QUERY = (
     select(_facts.c.fact_id, _grants.c.grantee_kind, _grants.c.grantee)
-    .join(_facts, _facts.c.id == _grants.c.fact_row_id)
+    .join(_facts, and_(_facts.c.scope_id == _grants.c.scope_id, _facts.c.id == _grants.c.fact_row_id))
     .where(_grants.c.scope_id == bindparam("scope_id"))
 )

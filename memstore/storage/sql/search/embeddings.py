@@ -30,6 +30,7 @@ from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.vectors import UnembeddedFact
 
 _CURRENT = and_(
+    _vectors.c.scope_id == _facts.c.scope_id,
     _vectors.c.fact_row_id == _facts.c.id,
     _vectors.c.model == bindparam("b_model"),
     _vectors.c.content_key == _facts.c.content_key,
@@ -122,7 +123,11 @@ _MISSING = (
 
 _MODEL_COUNTS = (
     select(_vectors.c.model, _vectors.c.dimension, func.count())
-    .select_from(_vectors.join(_facts, _facts.c.id == _vectors.c.fact_row_id))
+    .select_from(
+        _vectors.join(
+            _facts, and_(_facts.c.scope_id == _vectors.c.scope_id, _facts.c.id == _vectors.c.fact_row_id)
+        )
+    )
     .where(_facts.c.deleted_revision.is_(None), _vectors.c.content_key == _facts.c.content_key)
     .group_by(_vectors.c.model, _vectors.c.dimension)
     .order_by(_vectors.c.model)

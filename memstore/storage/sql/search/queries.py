@@ -204,7 +204,10 @@ def record_conditions(where: FactFilter, tenant_id: str) -> list[ColumnElement[b
     if where.tag is not None:
         # tenant_id first: the (tenant_id, tag) index finds the tagged rows.
         tagged = exists().where(
-            _tags.c.tenant_id == tenant_id, _tags.c.tag == where.tag, _tags.c.fact_row_id == _facts.c.id
+            _tags.c.tenant_id == tenant_id,
+            _tags.c.tag == where.tag,
+            _tags.c.scope_id == _facts.c.scope_id,
+            _tags.c.fact_row_id == _facts.c.id,
         )
         conditions.append(tagged)
     if where.min_importance is not None:

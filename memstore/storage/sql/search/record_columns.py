@@ -35,7 +35,11 @@ def _pg_tag_list(element: _TagList, compiler: SQLCompiler, **kw: Any) -> str:
     return f"string_agg({compiler.process(element.clauses, **kw)}, ',')"
 
 
-TAG_LIST = select(_TagList(_tags.c.tag)).where(_tags.c.fact_row_id == _facts.c.id).scalar_subquery()
+TAG_LIST = (
+    select(_TagList(_tags.c.tag))
+    .where(_tags.c.scope_id == _facts.c.scope_id, _tags.c.fact_row_id == _facts.c.id)
+    .scalar_subquery()
+)
 """The fact row's tags, comma-separated, or NULL without any (``tags_of`` reads it)."""
 
 RECORD_FIELD_COLUMNS = (

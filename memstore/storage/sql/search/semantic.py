@@ -48,7 +48,9 @@ _SCAN_CHUNK = 5000
 
 _WITH_VECTOR = LIVE_FACTS.join(
     _vectors,
-    (_vectors.c.fact_row_id == _facts.c.id) & (_vectors.c.content_key == _facts.c.content_key),
+    (_vectors.c.scope_id == _facts.c.scope_id)
+    & (_vectors.c.fact_row_id == _facts.c.id)
+    & (_vectors.c.content_key == _facts.c.content_key),
 )
 
 
@@ -134,9 +136,12 @@ def _exact(
     dimension = int(vector.shape[0])
     best_scores = np.empty(0, dtype=np.float32)
     best_ids = np.empty(0, dtype=np.int64)
+    best_scopes = np.empty(0, dtype=np.int64)
     total = 0
     scan = (
-        select(_facts.c.id, stored_vector(dialect).label("raw")).select_from(_WITH_VECTOR).where(*conditions)
+        select(_facts.c.id, _facts.c.scope_id, stored_vector(dialect).label("raw"))
+        .select_from(_WITH_VECTOR)
+        .where(*conditions)
     )
     result = conn.execution_options(yield_per=_SCAN_CHUNK).execute(scan)
     for chunk in result.partitions(_SCAN_CHUNK):
@@ -145,15 +150,22 @@ def _exact(
             [best_scores, vector_matrix([row.raw for row in chunk], dimension, dialect) @ vector]
         )
         ids = np.concatenate([best_ids, np.fromiter((row.id for row in chunk), np.int64, len(chunk))])
+        scopes = np.concatenate(
+            [best_scopes, np.fromiter((row.scope_id for row in chunk), np.int64, len(chunk))]
+        )
         best = np.lexsort((ids, -scores))[:keep]  # most similar first; ties favour older rows
-        best_scores, best_ids = scores[best], ids[best]
+        best_scores, best_ids, best_scopes = scores[best], ids[best], scopes[best]
     ranked = list(zip(best_scores.tolist(), best_ids.tolist(), strict=True))[offset:]
     if not ranked:
         return FactPage([], total, limit, offset, "semantic:exact")
     rows = conn.execute(
         select(*RECORD_COLUMNS, _facts.c.id.label("row_id"))
         .select_from(LIVE_FACTS)
-        .where(_facts.c.id.in_([row_id for _, row_id in ranked]))
+        # The scopes too: on a distributed PostgreSQL, they name the shards to read (docs/scale.md).
+        .where(
+            _facts.c.scope_id.in_(sorted(set(best_scopes[offset:].tolist()))),
+            _facts.c.id.in_([row_id for _, row_id in ranked]),
+        )
     ).all()
     by_id = {row.row_id: row for row in rows}
     records = [fact_record(by_id[row_id], rank=score) for score, row_id in ranked if row_id in by_id]

@@ -48,7 +48,11 @@ def readable_by(identity: Identity) -> ColumnElement[bool]:
     if identity.roles:
         granted.append(and_(_grants.c.grantee_kind == "role", _grants.c.grantee.in_(sorted(identity.roles))))
     shared_to_me: ColumnElement[bool] = (
-        exists().where(_grants.c.fact_row_id == _facts.c.id, or_(*granted)) if granted else false()
+        exists().where(
+            _grants.c.scope_id == _facts.c.scope_id, _grants.c.fact_row_id == _facts.c.id, or_(*granted)
+        )
+        if granted
+        else false()
     )
     if ADMIN_ROLE in identity.roles:
         shared_to_me = true()
