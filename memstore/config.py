@@ -36,6 +36,7 @@ from pydantic_settings import (
 )
 
 from memstore.config_agent_docs import AgentDocSettings
+from memstore.config_replicas import ReplicaSettings
 from memstore.config_sessions import SessionSettings
 from memstore.errors import ConfigError
 
@@ -64,7 +65,7 @@ whole JSON document, and each read parses it whole, so thousands of facts per sc
 provider's job, which writes only what changed."""
 
 
-class MemoryConfig(SessionSettings, AgentDocSettings, BaseModel):
+class MemoryConfig(SessionSettings, AgentDocSettings, ReplicaSettings, BaseModel):
     """Every memstore setting. Field names and defaults follow the reference pipeline."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)

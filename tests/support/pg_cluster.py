@@ -5,6 +5,9 @@ cluster: ``initdb`` in a temp dir, ``pg_ctl`` on a free loopback port. Both refu
 root, so as root they run through ``runuser -u postgres --`` (the recipe of
 scripts/with-postgres.sh). Without server binaries the tests skip visibly, except under
 ``CI=true`` where they must run.
+
+``replicated_cluster`` adds a streaming replica of such a cluster (``pg_basebackup -R``, a hot
+standby on its own port), for the read-replica tests.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -70,6 +73,15 @@ class PgCluster:
 
     def init(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+
+    def clone(self, primary: PgCluster) -> None:
+        """This cluster as a streaming replica of ``primary``: its base backup, streamed WAL and,
+        from ``-R``, ``standby.signal`` and the connection to ``primary`` (initdb's trust rules
+        already admit replication from 127.0.0.1)."""
+        self._run(
+            "pg_basebackup", "-D", str(self.data), "-h", "127.0.0.1", "-p", str(primary.port),
+            "-U", "postgres", "-X", "stream", "-R", "-c", "fast", "--no-sync",
+        )  # fmt: skip
 
     def start(self) -> None:
         options = f"{SERVER_OPTIONS} -p {self.port} -k {self.root}"
@@ -135,6 +147,23 @@ class PgCluster:
 @contextmanager
 def private_cluster() -> Iterator[PgCluster]:
     """A running private cluster, stopped and deleted afterwards; skips (fails in CI) when impossible."""
+    cluster = _new_cluster(_server_binaries())
+    with _running(cluster, cluster.init):
+        yield cluster
+
+
+@contextmanager
+def replicated_cluster() -> Iterator[tuple[PgCluster, PgCluster]]:
+    """A running private primary and a streaming replica of it, as ``private_cluster``."""
+    bindir = _server_binaries()
+    primary = _new_cluster(bindir)
+    with _running(primary, primary.init):
+        replica = _new_cluster(bindir)
+        with _running(replica, lambda: replica.clone(primary)):
+            yield primary, replica
+
+
+def _server_binaries() -> Path:
     bindir = _pg_bin()
     if bindir is None:
         _unavailable("no server binaries under /usr/lib/postgresql")
@@ -144,16 +173,26 @@ def private_cluster() -> Iterator[PgCluster]:
             _unavailable("running as root without runuser")
         if not _has_postgres_user():
             subprocess.run(["useradd", "--system", "--no-create-home", "postgres"], check=True)
+    return bindir
+
+
+def _new_cluster(bindir: Path) -> PgCluster:
     root = Path(tempfile.mkdtemp(prefix="memstore-pg-outage-"))
     if os.geteuid() == 0:
         shutil.chown(root, "postgres", "postgres")
-    cluster = PgCluster(bindir, root, _free_port())
+    return PgCluster(bindir, root, _free_port())
+
+
+@contextmanager
+def _running(cluster: PgCluster, create: Callable[[], None]) -> Iterator[PgCluster]:
+    """``cluster`` created (``create``) and started, then stopped and deleted."""
     try:
-        cluster.init()
+        create()
         cluster.start()
     except (subprocess.SubprocessError, OSError) as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        _unavailable(f"initdb/pg_ctl failed: {exc}")
+        shutil.rmtree(cluster.root, ignore_errors=True)
+        detail = getattr(exc, "stderr", None) or b""
+        _unavailable(f"initdb/pg_basebackup/pg_ctl failed: {exc} {detail.decode(errors='replace').strip()}")
     try:
         yield cluster
     finally:
@@ -161,7 +200,7 @@ def private_cluster() -> Iterator[PgCluster]:
             cluster.thaw()
         with suppress(subprocess.SubprocessError):
             cluster.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(cluster.root, ignore_errors=True)
 
 
 def _has_postgres_user() -> bool:

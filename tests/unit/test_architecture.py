@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "memstore.scope",
             "memstore.config",
             "memstore.config_sessions",
+            "memstore.config_replicas",
             "memstore.config_agent_docs",
             "memstore.session",
             "memstore.agent_doc",

@@ -23,8 +23,8 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -83,14 +83,10 @@ from memstore.storage.sql.engine import (
     is_outage,
     mask_url,
 )
-from memstore.storage.sql.identity import (
-    TIMEOUTS_AND_IDENTITY,
-    identity_parameters,
-    policies_apply,
-    reading,
-)
+from memstore.storage.sql.identity import TIMEOUTS_AND_IDENTITY, identity_parameters, policies_apply
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.queue.table import QueueLease
+from memstore.storage.sql.replica import Connect, ReadRouter
 from memstore.storage.sql.schema.migrate import prepare_once
 from memstore.storage.sql.search.operations import SqlQueries
 from memstore.storage.sql.search.vector_store import SqlVectorStore
@@ -123,21 +119,16 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
             "lock_timeout": f"{lock_ms}ms",
             "statement_timeout": f"{round(config.write_statement_timeout_seconds * 1000)}ms",
         }
-        # PostgreSQL reads run in autocommit: no BEGIN/ROLLBACK round trips around one SELECT.
-        # (SQLite keeps its own BEGIN handling; its reads are in-process and cheap.)
-        self._sync_reader = (
-            self._sync_engine.execution_options(isolation_level="AUTOCOMMIT")
-            if self._sync_engine.dialect.name == "postgresql"
-            else self._sync_engine
-        )
+        # The configured primary's storage reads from database_read_url when set (replica.py).
+        read_url = config.database_read_url if self._url == database_url_from_config(config) else None
+        self._routes = ReadRouter(self._sync_engine, read_url)
         self._insert_scope = INSERT_SCOPE[self._sync_engine.dialect.name]
         self._load = LOAD_STATEMENTS[self._sync_engine.dialect.name]
         self._identity = DEFAULT_IDENTITY
         self._cache: dict[TenantScope, CacheEntry] = {}
         self._lock = threading.Lock()
         self.vectors = SqlVectorStore(
-            self._sync_engine,
-            self._sync_reader,
+            self._routes,
             write_options=self._write_options,
             unavailable=self._unavailable,
         )
@@ -162,10 +153,6 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         return engine_for(self._sync_engine)
 
     @property
-    def _reader(self) -> Engine:
-        return engine_for(self._sync_reader)
-
-    @property
     def identity(self) -> Identity:
         return self._identity
 
@@ -187,12 +174,9 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
     def _acting(self, user_id: str | None) -> Identity:
         return replace(self._identity, user_id=user_id)
 
-    @contextmanager
-    def _reading(self, user_id: str | None) -> Iterator[Connection]:
-        """A connection for one read: autocommit, or a transaction that sets the identity first
-        when row-level security applies to this role (``identity.py``)."""
-        with reading(self._engine, self._reader, self._acting(user_id)) as conn:
-            yield conn
+    def _reading(self, user_id: str | None) -> AbstractContextManager[Connection]:
+        """A read on the primary (with the identity set where row-level security applies)."""
+        return self._routes.primary(self._acting(user_id))
 
     @property
     def engine(self) -> Engine:
@@ -214,24 +198,55 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
     @timed_storage("load")
     def load(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
         scope = resolve_scope(agent_name, user_id)
+        key = self._key(scope)
         with self._lock:
-            cached = self._cache.get(self._key(scope))
+            cached = self._cache.get(key)
+        known = None if cached is None else cached.stamp[:2]
+
+        def fresh(entry: CacheEntry | None) -> bool:  # this process's writes in, not back in time
+            return self._routes.holds(key, None if entry is None else entry.stamp[:2], known)
+
         try:
-            if cached is not None:
-                with self._reading(scope[0]) as conn:
-                    row = conn.execute(STAMP_QUERY, scope_keys(scope, self._identity.tenant_id)).first()
-                if row is not None and stamp(row) == cached.stamp:
-                    return cast(MemoryDocument, copy_json(cached.document))
-            return self._read(scope)
+            entry = self._routes.run(
+                self._acting(scope[0]), lambda connect: self._fetch(connect, scope, cached), fresh=fresh
+            )
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
+        return self._kept(scope, entry)
 
     @timed_storage("load")
     def reload(self, agent_name: str | None = None, *, user_id: str | None = None) -> MemoryDocument:
+        """The scope read from the primary, whatever the cache or the replica hold."""
+        scope = resolve_scope(agent_name, user_id)
         try:
-            return self._read(resolve_scope(agent_name, user_id))
+            return self._kept(scope, self._fetch(lambda: self._reading(scope[0]), scope, None))
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
+
+    def _fetch(self, connect: Connect, scope: Scope, cached: CacheEntry | None) -> CacheEntry | None:
+        """The scope as ``connect``'s database holds it (``cached`` while its stamp is current
+        there), or None when it holds no such scope."""
+        keys = scope_keys(scope, self._identity.tenant_id)
+        if cached is not None:
+            with connect() as conn:
+                row = conn.execute(STAMP_QUERY, keys).first()
+            if row is not None and stamp(row) == cached.stamp:
+                return cached
+        with connect() as conn:
+            return read_entry(conn, self._load, keys)
+
+    def _kept(self, scope: Scope, entry: CacheEntry | None) -> MemoryDocument:
+        """``entry`` cached (the scope forgotten when there is none) and its document copied out."""
+        with self._lock:
+            if entry is None:
+                self._cache.pop(self._key(scope), None)
+            else:
+                self._cache[self._key(scope)] = entry
+        if entry is None:
+            document = unstored_memory()
+            document["revision"] = 0
+            return document
+        return cast(MemoryDocument, copy_json(entry.document))
 
     def _unavailable(self, exc: Exception, doing: str = "read memory") -> StorageUnavailableError:
         return StorageUnavailableError(f"cannot {doing} at {self.url}: {self._describe(exc)}")
@@ -305,19 +320,6 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
             with self._lock:
                 self._cache[self._key(scope)] = saved
         return True
-
-    def _read(self, scope: Scope) -> MemoryDocument:
-        with self._reading(scope[0]) as conn:
-            cached = read_entry(conn, self._load, scope_keys(scope, self._identity.tenant_id))
-        if cached is None:
-            with self._lock:
-                self._cache.pop(self._key(scope), None)
-            document = unstored_memory()
-            document["revision"] = 0
-            return document
-        with self._lock:
-            self._cache[self._key(scope)] = cached
-        return cast(MemoryDocument, copy_json(cached.document))
 
     def clear(self, agent_name: str | None = None, *, user_id: str | None = None) -> bool:
         """Empty the scope and stamp ``cleared_at``, so updates captured earlier are dropped."""
@@ -439,6 +441,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
                     },
                 )
         FACTS_EVICTED.inc(plan.evictions)  # committed
+        self._routes.wrote(self._key(scope), scope_row.scope_id, plan.revision)
         if not exact:  # the next load reads what was stored
             return None
         return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)

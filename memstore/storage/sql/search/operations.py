@@ -1,16 +1,17 @@
 """The SQL provider's query surface (``memstore.storage.operations``): reads across scopes as its
 identity may see them, the shared facts ``memory_context`` merges, and the operator's erase and
-vacuum, which cross tenants on the operator connection."""
+vacuum, which cross tenants on the operator connection. The reads go where the provider's
+``ReadRouter`` sends them (a read replica when ``database_read_url`` is set, ``replica.py``)."""
 
 from __future__ import annotations
 
 import threading
-from contextlib import AbstractContextManager
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from memstore.errors import StorageUnavailableError
@@ -30,10 +31,13 @@ from memstore.storage.search_text import SearchMatch
 from memstore.storage.sql.engine import engine_for
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.maintenance.operator import operator_engine
+from memstore.storage.sql.replica import Connect, ReadRouter
 from memstore.storage.sql.search import fulltext, queries
 from memstore.storage.sql.search.relations import fact_relations
 from memstore.storage.sql.search.vector_store import SqlVectorStore
 from memstore.storage.sql.search.visibility import visible_facts
+
+T = TypeVar("T")
 
 
 class SqlQueries:
@@ -45,12 +49,17 @@ class SqlQueries:
     _lock: threading.Lock
     _cache: dict[tuple[str, str | None, str | None], Any]
     vectors: SqlVectorStore
+    _routes: ReadRouter
 
-    def _reading(self, user_id: str | None) -> AbstractContextManager[Connection]:
+    def _acting(self, user_id: str | None) -> Identity:
         raise NotImplementedError
 
     def _unavailable(self, exc: Exception, doing: str = "read memory") -> StorageUnavailableError:
         raise NotImplementedError
+
+    def _routed(self, user_id: str | None, read: Callable[[Connect], T]) -> T:
+        """``read`` as ``user_id``, on the replica when it can serve it (``ReadRouter.run``)."""
+        return self._routes.run(self._acting(user_id), read)
 
     def visible_facts(
         self, agent_name: str | None = None, *, user_id: str | None = None
@@ -59,9 +68,13 @@ class SqlQueries:
         the tenant's public facts and the shared ones granted to the user or its roles."""
         user = validate_user_id(user_id)
         reader = Identity(self._identity.tenant_id, user, self._identity.roles)
-        try:
-            with self._reading(user) as conn:
+
+        def read(connect: Connect) -> list[dict[str, Any]]:
+            with connect() as conn:
                 return visible_facts(conn, reader, normalize_agent_name(agent_name))
+
+        try:
+            return self._routed(user, read)
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
 
@@ -75,21 +88,26 @@ class SqlQueries:
         order: FactOrder = "newest",
         match: SearchMatch = "any",
     ) -> FactPage:
-        def connect() -> AbstractContextManager[Connection]:
-            return self._reading(where.user_id)
-
         if search is None:
-            page = queries.query_facts(
-                connect,
-                where,
-                limit=limit,
-                offset=offset,
-                order=order,
-                policy=self._retention,
-                identity=self._identity,
+            page = self._routed(
+                where.user_id,
+                lambda connect: queries.query_facts(
+                    connect,
+                    where,
+                    limit=limit,
+                    offset=offset,
+                    order=order,
+                    policy=self._retention,
+                    identity=self._identity,
+                ),
             )
         else:
-            found = fulltext.search_facts(connect, search, match, where, self._identity, limit, offset)
+            found = self._routed(
+                where.user_id,
+                lambda connect: fulltext.search_facts(
+                    connect, search, match, where, self._identity, limit, offset
+                ),
+            )
             page = replace(found, facts=with_scores(found.facts, self._retention, datetime.now(UTC)))
         return owners_words_kept(page, where.user_id)
 
@@ -102,11 +120,16 @@ class SqlQueries:
         return queries.list_tenants(operator_engine(self._sync_engine, "listing tenants"))
 
     def list_scopes(self, user_id: str | None = None) -> list[Scope]:
-        return queries.list_scopes(lambda: self._reading(user_id), self._identity.tenant_id, user_id)
+        return self._routed(
+            user_id, lambda connect: queries.list_scopes(connect, self._identity.tenant_id, user_id)
+        )
 
     def history(self, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
-        return queries.fact_history(
-            lambda: self._reading(where.user_id), where, self._identity, fact_id=fact_id, limit=limit
+        return self._routed(
+            where.user_id,
+            lambda connect: queries.fact_history(
+                connect, where, self._identity, fact_id=fact_id, limit=limit
+            ),
         )
 
     def fact_relations(
@@ -115,16 +138,20 @@ class SqlQueries:
         """The fact's relations both ways, inside its own scope (never another owner's)."""
         scope = resolve_scope(agent_name, user_id)
         try:
-            return fact_relations(lambda: self._reading(scope[0]), self._identity.tenant_id, scope, fact_id)
+            return self._routed(
+                scope[0], lambda connect: fact_relations(connect, self._identity.tenant_id, scope, fact_id)
+            )
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
 
     def erase_user(self, user_id: str) -> dict[str, int]:
         """Erase the user's memory in this handle's tenant (the operator connection does it)."""
         tenant_id = self._identity.tenant_id
+        erased = self._routes.scope_ids(self._acting(user_id))  # for the replica to drop (replica.py)
         counts = maintenance.erase_user(
             engine_for(self._sync_engine), user_id, datetime.now(UTC), tenant_id=tenant_id
         )
+        self._routes.erased(tenant_id, user_id, erased)
         self.vectors.forget_user(user_id)
         with self._lock:
             for key in [key for key in self._cache if key[0] == tenant_id and key[1] == user_id]:

@@ -5,6 +5,10 @@ by fact id together with the content key they were made from. A fact whose conte
 from the cached one (edited), or that the cache lacks (new, or embedded by another process), is
 read again; the cache is only ever a subset of the table, so it needs no invalidation. It holds at
 most ``MAX_CACHED_VECTORS`` vectors, dropping the least recently used scopes first.
+
+A scope's vectors and the nearest-neighbour search are read where the provider's ``ReadRouter``
+sends them (a read replica with ``database_read_url``); the facts still to embed, which a write
+follows, and the status are read on the primary.
 """
 
 from __future__ import annotations
@@ -13,13 +17,12 @@ import copy
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from memstore.document import fact_content_key
@@ -27,7 +30,8 @@ from memstore.errors import StorageUnavailableError
 from memstore.scope import DEFAULT_IDENTITY, Identity, Scope
 from memstore.storage.records import FactFilter, FactPage, owners_words_kept
 from memstore.storage.sql.engine import engine_for
-from memstore.storage.sql.identity import reading, set_identity
+from memstore.storage.sql.identity import set_identity
+from memstore.storage.sql.replica import Connect, ReadRouter
 from memstore.storage.sql.search import embeddings
 from memstore.storage.sql.search.semantic import nearest_facts, vector_backend
 from memstore.storage.vectors import EmbeddingStatus, UnembeddedFact
@@ -41,14 +45,13 @@ _ScopeVectors = dict[str, tuple[str, np.ndarray]]
 class SqlVectorStore:
     def __init__(
         self,
-        engine: Engine,
-        reader: Engine,
+        routes: ReadRouter,
         *,
         write_options: dict[str, Any],
         unavailable: Callable[[Exception, str], StorageUnavailableError],
     ) -> None:
-        self._sync_engine = engine
-        self._sync_reader = reader
+        self._routes = routes
+        self._sync_engine = routes.engine
         self._write_options = write_options
         self._unavailable = unavailable
         self._identity = DEFAULT_IDENTITY
@@ -62,19 +65,14 @@ class SqlVectorStore:
         """The engine of the calling face (``engine_for``)."""
         return engine_for(self._sync_engine)
 
-    @property
-    def _reader(self) -> Engine:
-        return engine_for(self._sync_reader)
-
     def for_identity(self, identity: Identity) -> SqlVectorStore:
         """A handle sharing this store's cache that acts inside ``identity``'s tenant."""
         handle = copy.copy(self)
         handle._identity = identity
         return handle
 
-    def _reading(self, scope: Scope | None) -> AbstractContextManager[Connection]:
-        user_id = scope[0] if scope is not None else None
-        return reading(self._engine, self._reader, replace(self._identity, user_id=user_id))
+    def _as(self, scope: Scope | None) -> Identity:
+        return replace(self._identity, user_id=scope[0] if scope is not None else None)
 
     def fact_vectors(
         self, scope: Scope, model: str, facts: Sequence[tuple[str, str]]
@@ -85,9 +83,13 @@ class SqlVectorStore:
         found = {fid: entry[1] for fid, entry in cached.items() if wanted.get(fid) == entry[0]}
         missing = [fact_id for fact_id in wanted if fact_id not in found]
         if missing:
+
+            def vectors(connect: Connect) -> dict[str, tuple[str, np.ndarray]]:
+                with connect() as conn:
+                    return embeddings.scope_vectors(conn, self._identity.tenant_id, scope, model, missing)
+
             try:
-                with self._reading(scope) as conn:
-                    read = embeddings.scope_vectors(conn, self._identity.tenant_id, scope, model, missing)
+                read = self._routes.run(self._as(scope), vectors)
             except DBAPIError as exc:
                 raise self._unavailable(exc, "read fact vectors") from exc
             fresh = {fid: entry for fid, entry in read.items() if wanted.get(fid) == entry[0]}
@@ -138,7 +140,7 @@ class SqlVectorStore:
         self, model: str, *, limit: int, after: int = 0, scope: Scope | None = None, rebuild: bool = False
     ) -> list[UnembeddedFact]:
         try:
-            with self._reading(scope) as conn:
+            with self._routes.primary(self._as(scope)) as conn:
                 if rebuild:
                     return embeddings.all_live_facts(conn, limit=limit, after=after)
                 return embeddings.unembedded_facts(
@@ -153,14 +155,12 @@ class SqlVectorStore:
         try:
             # Not the autocommit reader: the exact scan streams through a server-side cursor.
             identity = replace(self._identity, user_id=where.user_id)
-            page = nearest_facts(
-                lambda: reading(self._engine, self._engine, identity),
-                where,
-                self._identity,
-                vector,
-                model=model,
-                limit=limit,
-                offset=offset,
+            page = self._routes.run(
+                identity,
+                lambda connect: nearest_facts(
+                    connect, where, self._identity, vector, model=model, limit=limit, offset=offset
+                ),
+                stream=True,
             )
             return owners_words_kept(page, where.user_id)
         except DBAPIError as exc:
@@ -168,7 +168,7 @@ class SqlVectorStore:
 
     def status(self) -> EmbeddingStatus:
         try:
-            with self._reader.connect() as conn:
+            with engine_for(self._routes.reader).connect() as conn:
                 live, vectors = embeddings.vector_counts(conn)
                 backend = vector_backend(conn)
         except DBAPIError as exc:
