@@ -43,6 +43,10 @@ def _source(field: str, path: str | None, in_file: set[str]) -> str:
     return "default"
 
 
+DATABASE_URL_FIELDS = ("database_url", "operator_database_url", "database_read_url")
+"""Settings that hold a database URL, shown with any password as ``***``."""
+
+
 def settings_with_sources(config: MemoryConfig) -> dict[str, dict[str, Any]]:
     """``{setting: {"value", "source"}}`` in field order, JSON-ready and with secrets masked.
 
@@ -54,7 +58,7 @@ def settings_with_sources(config: MemoryConfig) -> dict[str, dict[str, Any]]:
     shown: dict[str, dict[str, Any]] = {}
     for field in MemoryConfig.model_fields:
         value = "***" if isinstance(getattr(config, field), SecretStr) else dumped[field]
-        if field == "database_url" and isinstance(value, str):
+        if field in DATABASE_URL_FIELDS and isinstance(value, str):
             value = mask_url(value)
         shown[field] = {"value": value, "source": _source(field, path, in_file)}
     if config.queue_backend is None:

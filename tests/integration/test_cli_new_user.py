@@ -208,7 +208,9 @@ def test_config_show_names_each_setting_s_source_and_masks_secrets(tmp_path: Pat
     assert executable is not None
     settings = tmp_path / "memstore.yaml"
     settings.write_text(
-        "memory:\n  max_facts: 50\n  database_url: postgresql://memstore:db-s3cret@db/memstore\n",
+        "memory:\n  max_facts: 50\n  database_url: postgresql://memstore:db-s3cret@db/memstore\n"
+        "  operator_database_url: postgresql://operator:op-s3cret@db/memstore\n"
+        "  database_read_url: postgresql://reader:replica-s3cret@replica/memstore\n",
         encoding="utf-8",
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSTORE_") and k != "OPENAI_API_KEY"}
@@ -228,6 +230,8 @@ def test_config_show_names_each_setting_s_source_and_masks_secrets(tmp_path: Pat
         "value": "postgresql://memstore:***@db/memstore",
         "source": f"file ({settings})",
     }
+    assert shown["operator_database_url"]["value"] == "postgresql://operator:***@db/memstore"
+    assert shown["database_read_url"]["value"] == "postgresql://reader:***@replica/memstore"
     assert shown["debounce_seconds"]["source"] == "environment (MEMSTORE_DEBOUNCE_SECONDS)"
     assert shown["llm_api_key"] == {"value": "***", "source": "environment (OPENAI_API_KEY)"}
     assert shown["mode"] == {"value": "middleware", "source": "default"}
