@@ -68,7 +68,7 @@ provider's job, which writes only what changed."""
 class MemoryConfig(SessionSettings, AgentDocSettings, ReplicaSettings, BaseModel):
     """Every memstore setting. Field names and defaults follow the reference pipeline."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, hide_input_in_errors=True)
 
     enabled: bool = True
     storage_class: str = SQL_STORAGE_CLASS
@@ -300,7 +300,9 @@ class _EnvironmentSource(EnvSettingsSource):
 class _LoadedMemoryConfig(BaseSettings, MemoryConfig):
     """``MemoryConfig`` as pydantic-settings loads it: the file's values, then the environment's."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_assignment=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", validate_assignment=True, hide_input_in_errors=True
+    )
 
     @classmethod
     def settings_customise_sources(

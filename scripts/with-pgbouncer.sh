@@ -79,7 +79,7 @@ auth_query = SELECT rolname, NULL::text FROM pg_catalog.pg_roles WHERE rolname =
 max_client_conn = 1000
 default_pool_size = 10
 server_idle_timeout = 10
-ignore_startup_parameters = extra_float_digits,options
+ignore_startup_parameters = extra_float_digits
 logfile = $BOUNCERTMP/pgbouncer.log
 pidfile = $BOUNCERTMP/pgbouncer.pid
 INI
@@ -89,10 +89,13 @@ if ! run_as "$PGBOUNCER" -d "$BOUNCERTMP/pgbouncer.ini"; then
   cat "$BOUNCERTMP/pgbouncer.log" >&2 || true
   set +e; "$@"; status=$?; exit $status
 fi
-for _ in $(seq 50); do
-  python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', $BOUNCERPORT), timeout=1)" 2>/dev/null && break
-  sleep 0.1
-done
+listening() { python3 -c "import socket; socket.create_connection(('127.0.0.1', $BOUNCERPORT), timeout=1)" 2>/dev/null; }
+for _ in $(seq 100); do listening && break; sleep 0.1; done
+if ! listening; then
+  echo "with-pgbouncer: pgbouncer started but does not accept connections on 127.0.0.1:$BOUNCERPORT" >&2
+  cat "$BOUNCERTMP/pgbouncer.log" >&2 || true
+  exit 1
+fi
 export MEMSTORE_TEST_PGBOUNCER_URL="postgresql+psycopg://$PGUSER@127.0.0.1:$BOUNCERPORT/$PGDB"
 echo "with-pgbouncer: throwaway pgbouncer (transaction pooling) on 127.0.0.1:$BOUNCERPORT" >&2
 

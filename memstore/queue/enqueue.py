@@ -49,6 +49,7 @@ from memstore.queue.debounced import MAX_DEBOUNCE_FACTOR
 from memstore.queue.outage_buffer import Buffered
 from memstore.queue.workers import utcnow
 from memstore.scope import Identity, resolve_scope
+from memstore.storage.sql.documents.statements import WRITE_TIMEOUTS
 from memstore.storage.sql.engine import describe_db_error, engine_for, get_engine, is_refused_value
 from memstore.storage.sql.identity import policies_apply, set_identity
 from memstore.storage.sql.queue import table as queue_table
@@ -64,17 +65,22 @@ ENQUEUE_THREADS = 8
 
 
 def enqueue_engine(url: str, timeout: float) -> Engine:
-    """An engine whose server-side waits are bounded by ``timeout``: the request path's own pool."""
+    """The request path's own pool, whose connecting is bounded by ``timeout`` (its server-side
+    waits are bounded per transaction: ``bound_waits``)."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "postgresql":
         return get_engine(url)
-    ms = round(timeout * 1000)
     # libpq counts connect_timeout in whole seconds (and treats 1 as 2).
-    query = {
-        "connect_timeout": str(max(2, math.ceil(timeout))),
-        "options": f"-c statement_timeout={ms} -c lock_timeout={ms}",
-    }
-    return get_engine(parsed.update_query_dict(query))
+    return get_engine(parsed.update_query_dict({"connect_timeout": str(max(2, math.ceil(timeout)))}))
+
+
+def bound_waits(conn: Connection, timeout: float) -> None:
+    """Bound this transaction's lock and statement waits by ``timeout`` on PostgreSQL. Set in the
+    transaction (``set_config(..., true)``), not for the session: a transaction pooler such as
+    PgBouncer refuses or drops startup options, and lends the server connection to others after."""
+    if conn.dialect.name == "postgresql":
+        waits = f"{round(timeout * 1000)}ms"
+        conn.execute(WRITE_TIMEOUTS, {"lock_timeout": waits, "statement_timeout": waits})
 
 
 def queued_conversation(context: ConversationContext) -> QueuedConversation:
@@ -115,6 +121,7 @@ def _bounds_reader(config: MemoryConfig, engine: Engine) -> Iterator[Connection 
         return
     operator = engine_for(enqueue_engine(config.operator_database_url, config.queue_enqueue_timeout_seconds))
     with operator.connect() as conn:
+        bound_waits(conn, config.queue_enqueue_timeout_seconds)  # begins the transaction its reads share
         yield conn
 
 
@@ -247,6 +254,7 @@ class QueueWriter:
         with engine.connect() as conn, _bounds_reader(config, engine) as bounds:
             conn.execution_options(**options)
             with conn.begin():
+                bound_waits(conn, config.queue_enqueue_timeout_seconds)
                 now = utcnow()
                 for item, immediately in items:
                     set_identity(conn, Identity(item.tenant_id, item.user_id))

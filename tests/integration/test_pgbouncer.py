@@ -10,6 +10,7 @@ The contract, queue and isolation suites run again through the same pooler in th
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,15 +21,20 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 import memstore
+from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.errors import ConfigError
+from memstore.queue import DatabaseUpdateQueue
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql.engine import dispose_engines, get_engine
 from memstore.storage.sql.schema.migrate import current, head, upgrade
+from tests.support.app_role import app_role_url
 from tests.support.faces import Face
 from tests.support.postgres import fresh_database, pgbouncer_url_or_skip
 
 pytestmark = pytest.mark.postgres
+POOL_SIZE = 10
+"""scripts/with-pgbouncer.sh's ``default_pool_size``: the server connections one database and role share."""
 
 
 @pytest.fixture
@@ -116,45 +122,53 @@ def test_a_request_leaves_no_session_state_on_the_pooled_server_connections(
     face: Face, direct_url: str, tmp_path: Path
 ) -> None:
     """Identity, timeouts and locks are transaction-local: after memstore's writes and reads through
-    the pooler (both faces), every server connection it used reads the settings as unset."""
+    the pooler as an application role that row-level security binds (so every transaction sets an
+    identity), on both faces, every server connection of that role's pool reads them as unset."""
     upgrade(direct_url)
-    url = pooled(direct_url)
-    set_memory_config(MemoryConfig(data_dir=str(tmp_path / "data"), database_url=url))
-    reset_memory_storage()
-    get_memory_storage()
-    for user in ("alice", "bob"):
-        face.call("create_memory_fact", f"{user} keeps bees", user_id=user, tenant_id="acme")
-        facts = face.call("get_memory_data", user_id=user, tenant_id="acme")["facts"]
-        assert [fact["content"] for fact in facts] == [f"{user} keeps bees"]
-    face.call("clear_memory_data", user_id="bob", tenant_id="acme")
+    with app_role_url(direct_url) as role_url:
+        url = pooled(role_url)
+        set_memory_config(MemoryConfig(data_dir=str(tmp_path / "data"), database_url=url))
+        reset_memory_storage()
+        get_memory_storage()
+        for user in ("alice", "bob"):
+            face.call("create_memory_fact", f"{user} keeps bees", user_id=user, tenant_id="acme")
+            facts = face.call("get_memory_data", user_id=user, tenant_id="acme")["facts"]
+            assert [fact["content"] for fact in facts] == [f"{user} keeps bees"]
+        face.call("clear_memory_data", user_id="bob", tenant_id="acme")
 
-    # Every pooled server connection in turn: hold them all at once so each is a different one.
-    probe = create_engine(url, poolclass=NullPool, connect_args={"prepare_threshold": None})
-    connections = [probe.connect() for _ in range(6)]
-    try:
-        for conn in connections:
-            row = conn.execute(
-                text(
-                    "SELECT current_setting('memstore.tenant_id', true),"
-                    " current_setting('memstore.user_id', true),"
-                    " current_setting('statement_timeout'), current_setting('lock_timeout'),"
-                    " (SELECT count(*) FROM pg_prepared_statements)"
+        # Hold as many clients as the pool has server connections: each is lent a different one,
+        # so together they are every server connection memstore's transactions ran on.
+        probe = create_engine(url, poolclass=NullPool, connect_args={"prepare_threshold": None})
+        connections = [probe.connect() for _ in range(POOL_SIZE)]
+        try:
+            seen = [
+                tuple(
+                    conn.execute(
+                        text(
+                            "SELECT current_setting('memstore.tenant_id', true),"
+                            " current_setting('memstore.user_id', true),"
+                            " current_setting('statement_timeout'), current_setting('lock_timeout'),"
+                            " (SELECT count(*) FROM pg_prepared_statements), pg_backend_pid()"
+                        )
+                    ).one()
                 )
-            ).one()
-            assert tuple(row) in {("", "", "0", "0", 0), (None, None, "0", "0", 0)}, tuple(row)
-    finally:
-        for conn in connections:
-            conn.close()
-        probe.dispose()
-    assert _server_state(create_engine(direct_url, poolclass=NullPool)) == {
-        "advisory_locks": 0,
-        "idle_in_transaction": 0,
-    }
-    reset_memory_storage()
-    dispose_engines()
+                for conn in connections
+            ]
+        finally:
+            for conn in connections:
+                conn.close()
+            probe.dispose()
+        assert len({row[-1] for row in seen}) == POOL_SIZE, "each probe on its own server connection"
+        assert {row[:-1] for row in seen} <= {("", "", "0", "0", 0), (None, None, "0", "0", 0)}, seen
+        assert _server_state(create_engine(direct_url, poolclass=NullPool)) == {
+            "advisory_locks": 0,
+            "idle_in_transaction": 0,
+        }
+        reset_memory_storage()
+        dispose_engines()
 
 
-@pytest.mark.parametrize("value", ["never", "-1", "1e3", "99999999"])
+@pytest.mark.parametrize("value", ["never", "-1", "1e3", "99999999", "%C2%B2"])
 def test_a_bad_prepare_threshold_is_a_config_error_naming_the_option(value: str) -> None:
     with pytest.raises(ConfigError, match="prepare_threshold must be 'none' or a whole number"):
         get_engine(f"postgresql://memstore@127.0.0.1:1/memstore?prepare_threshold={value}")
@@ -188,3 +202,53 @@ def test_the_public_api_sets_no_session_state_a_pooler_would_leak(direct_url: st
         assert contents == [f"{user} fact {turn}" for turn in range(5)]
     reset_memory_storage()
     dispose_engines()
+
+
+def _waiting_on_the_queue(direct: Engine) -> int:
+    with direct.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                    "WHERE c.relname = 'memory_queue' AND NOT l.granted"
+                )
+            ).scalar_one()
+        )
+
+
+def test_the_queue_bounds_its_waits_inside_each_transaction_through_the_pooler(
+    direct_url: str, tmp_path: Path
+) -> None:
+    """PgBouncer refuses a connection's startup ``options`` (or, told to ignore them, drops them), so
+    the request path's queue writes bound their lock and statement waits inside each transaction: a
+    write stuck behind a lock gives up on the server after ``queue_enqueue_timeout_seconds``."""
+    upgrade(direct_url)
+    url = pooled(direct_url)
+    set_memory_config(
+        MemoryConfig(
+            data_dir=str(tmp_path / "data"),
+            database_url=url,
+            queue_workers=0,
+            queue_enqueue_timeout_seconds=1.0,
+        )
+    )
+    queue = DatabaseUpdateQueue(url, workers=0)
+    direct = create_engine(direct_url, poolclass=NullPool)
+    turn = [{"role": "user", "content": "I prefer tea."}, {"role": "assistant", "content": "Noted."}]
+    try:
+        queue.submit(ConversationContext("t0", turn, None, "alice"))
+        assert queue.stats.accepted == 1 and len(queue._buffer) == 0, "written through the pooler"
+        with direct.connect() as holder, holder.begin():
+            holder.execute(text("LOCK TABLE memory_queue IN ACCESS EXCLUSIVE MODE"))
+            queue.submit(ConversationContext("t1", turn, None, "bob"))
+            deadline = time.monotonic() + 30
+            while _waiting_on_the_queue(direct) == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)  # until the write reaches the lock (it may already have given up)
+            while _waiting_on_the_queue(direct) > 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert _waiting_on_the_queue(direct) == 0, "the write still waits: no lock_timeout on it"
+        assert len(queue._buffer) == 1, "the write that timed out waits in the buffer, not lost"
+    finally:
+        queue.shutdown(timeout=5)
+        direct.dispose()
+        dispose_engines()

@@ -141,7 +141,7 @@ def prepare_threshold(url: URL) -> int | None:
     text = value if isinstance(value, str) else ",".join(value)
     if text.lower() == "none":
         return None
-    if text.isdigit() and len(text) <= 6:
+    if text.isascii() and text.isdigit() and len(text) <= 6:
         return int(text)
     raise ConfigError(
         f"database_url {mask_url(url)!r}: {PREPARE_THRESHOLD_OPTION} must be 'none' or a whole number, "
