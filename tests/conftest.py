@@ -24,7 +24,8 @@ from tests.support.redis_server import redis_url_or_skip
 def pytest_configure() -> None:
     """In the pass through PgBouncer, the tests' own engines (``create_engine`` on a test database's
     URL, to look at rows as the server's owner) read ``?prepare_threshold=none`` as memstore's engines
-    do; memstore's own handling of it is proven in the direct pass (tests/integration/test_pgbouncer.py)."""
+    do; memstore's own handling of it is proven in the direct pass (tests/integration/test_pgbouncer.py,
+    which also checks that every engine memstore builds comes from engine.py's builders)."""
     if routed_through_pgbouncer():
         event.listen(Engine, "do_connect", _prepare_threshold_none)
 

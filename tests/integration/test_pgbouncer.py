@@ -252,3 +252,18 @@ def test_the_queue_bounds_its_waits_inside_each_transaction_through_the_pooler(
         queue.shutdown(timeout=5)
         direct.dispose()
         dispose_engines()
+
+
+def test_every_engine_memstore_builds_comes_from_engine_py() -> None:
+    """``?prepare_threshold=`` reaches psycopg through ``engine.py``'s builders only: an engine made
+    anywhere else would hand libpq the option (or psycopg its text). The pooled pass converts the
+    option for the tests' own engines, so this is what keeps memstore's from relying on that."""
+    root = Path(__file__).resolve().parents[2] / "memstore"
+    builders = ("create_engine(", "create_async_engine(")
+    found = {
+        str(path.relative_to(root.parent))
+        for path in root.rglob("*.py")
+        if any(builder in path.read_text(encoding="utf-8") for builder in builders)
+    }
+    # engine.py builds every database engine; downgrade_plan.py renders DDL on an in-memory SQLite.
+    assert found == {"memstore/storage/sql/engine.py", "memstore/storage/sql/schema/downgrade_plan.py"}
