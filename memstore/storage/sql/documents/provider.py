@@ -201,14 +201,9 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         key = self._key(scope)
         with self._lock:
             cached = self._cache.get(key)
-        known = None if cached is None else cached.stamp[:2]
-
-        def fresh(entry: CacheEntry | None) -> bool:  # this process's writes in, not back in time
-            return self._routes.holds(key, None if entry is None else entry.stamp[:2], known)
-
-        try:
-            entry = self._routes.run(
-                self._acting(scope[0]), lambda connect: self._fetch(connect, scope, cached), fresh=fresh
+        try:  # on the replica unless it misses this process's writes or goes back in time
+            entry = self._routes.load(
+                self._acting(scope[0]), key, lambda connect: self._fetch(connect, scope, cached), cached
             )
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
@@ -319,6 +314,8 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         if saved is not None:
             with self._lock:
                 self._cache[self._key(scope)] = saved
+        if confirmed or folded:  # confirmations move no revision
+            self._routes.committed(self._identity.tenant_id)
         return True
 
     def clear(self, agent_name: str | None = None, *, user_id: str | None = None) -> bool:
@@ -328,6 +325,7 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
             self._write(scope, parse_document(create_empty_memory()), CLEAR_ORIGIN, clear=True)
         except SQLAlchemyError as exc:
             return self._write_failed(exc, scope, "clear memory")
+        self._routes.committed(self._identity.tenant_id)  # an empty scope's clear moves no revision
         with self._lock:
             self._cache.pop(self._key(scope), None)
         return True

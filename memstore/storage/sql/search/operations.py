@@ -57,9 +57,10 @@ class SqlQueries:
     def _unavailable(self, exc: Exception, doing: str = "read memory") -> StorageUnavailableError:
         raise NotImplementedError
 
-    def _routed(self, user_id: str | None, read: Callable[[Connect], T]) -> T:
-        """``read`` as ``user_id``, on the replica when it can serve it (``ReadRouter.run``)."""
-        return self._routes.run(self._acting(user_id), read)
+    def _routed(self, user_id: str | None, read: Callable[[Connect], T], *, own: bool = False) -> T:
+        """``read`` as ``user_id``, on the replica when it can serve it (``ReadRouter.run``); ``own``:
+        it reads the user's own scopes only, so only their pending writes hold it back."""
+        return self._routes.run(self._acting(user_id), read, own=own)
 
     def visible_facts(
         self, agent_name: str | None = None, *, user_id: str | None = None
@@ -121,7 +122,7 @@ class SqlQueries:
 
     def list_scopes(self, user_id: str | None = None) -> list[Scope]:
         return self._routed(
-            user_id, lambda connect: queries.list_scopes(connect, self._identity.tenant_id, user_id)
+            user_id, lambda connect: queries.list_scopes(connect, self._identity.tenant_id, user_id), own=True
         )
 
     def history(self, where: FactFilter, *, fact_id: str | None, limit: int) -> list[HistoryEntry]:
@@ -139,7 +140,9 @@ class SqlQueries:
         scope = resolve_scope(agent_name, user_id)
         try:
             return self._routed(
-                scope[0], lambda connect: fact_relations(connect, self._identity.tenant_id, scope, fact_id)
+                scope[0],
+                lambda connect: fact_relations(connect, self._identity.tenant_id, scope, fact_id),
+                own=True,
             )
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc

@@ -7,8 +7,8 @@ read again; the cache is only ever a subset of the table, so it needs no invalid
 most ``MAX_CACHED_VECTORS`` vectors, dropping the least recently used scopes first.
 
 A scope's vectors and the nearest-neighbour search are read where the provider's ``ReadRouter``
-sends them (a read replica with ``database_read_url``); the facts still to embed, which a write
-follows, and the status are read on the primary.
+sends them (a read replica with ``database_read_url``, once it holds the vectors this process
+stored); the facts still to embed, which a write follows, and the status are read on the primary.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class SqlVectorStore:
                     return embeddings.scope_vectors(conn, self._identity.tenant_id, scope, model, missing)
 
             try:
-                read = self._routes.run(self._as(scope), vectors)
+                read = self._routes.run(self._as(scope), vectors, own=True)
             except DBAPIError as exc:
                 raise self._unavailable(exc, "read fact vectors") from exc
             fresh = {fid: entry for fid, entry in read.items() if wanted.get(fid) == entry[0]}
@@ -130,11 +130,13 @@ class SqlVectorStore:
                 conn.execution_options(**self._write_options)
                 with conn.begin():
                     set_identity(conn, replace(self._identity, user_id=scope[0]))
-                    return embeddings.store_vectors(
+                    stored = embeddings.store_vectors(
                         conn, self._identity.tenant_id, scope, model, items, datetime.now(UTC)
                     )
         except DBAPIError as exc:
             raise self._unavailable(exc, "write fact vectors") from exc
+        self._routes.committed(self._identity.tenant_id)  # vectors move no revision (replica.py)
+        return stored
 
     def unembedded_facts(
         self, model: str, *, limit: int, after: int = 0, scope: Scope | None = None, rebuild: bool = False
