@@ -10,10 +10,12 @@ can refresh one alone). ``--only access`` runs the access-tracking scenario alon
 tracking on vs off) into ``results.json``; ``--only sessions`` the session-memory scenarios
 (``bench_sessions.py``: append, context and compression on SQLite, PostgreSQL and Redis);
 ``--only async`` the async face (``bench_async.py``: a burst of ``memory_context`` calls on one
-event loop, async face vs thread pool, and the LangGraph store against LangGraph's async stores).
+event loop, async face vs thread pool, and the LangGraph store against LangGraph's async stores);
+``--only scale`` plain vs partitioned tables at 10,000,000 facts on PostgreSQL (``bench_scale.py``;
+1,000,000 with ``--quick``), never part of a full run: it takes the better part of an hour.
 
-    .venv/bin/python scripts/bench.py [--quick | --smoke] [--only queue|access|tenancy|large|sessions|async]
-        [--out DIR] [--write-docs]
+    .venv/bin/python scripts/bench.py [--quick | --smoke]
+        [--only queue|access|tenancy|large|sessions|async|scale] [--out DIR] [--write-docs]
 
 PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
 drops its own database there. The Redis session scenario runs on MEMSTORE_BENCH_REDIS_URL (``off``
@@ -43,6 +45,7 @@ import bench_pg
 import bench_queue
 import bench_relevance
 import bench_report
+import bench_scale
 import bench_scenarios
 import bench_search
 import bench_sessions
@@ -102,7 +105,7 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["queue", "access", "tenancy", "large", "sessions", "async"],
+        choices=["queue", "access", "tenancy", "large", "sessions", "async", "scale"],
         help="run one scenario; results.json keeps the others' entries, the chart is left alone "
         "(an access-only run never writes docs)",
     )
@@ -240,6 +243,10 @@ def run(
             results += found
             notes += more
             _stage("async", started)
+        if only == "scale" and pg_server is not None:
+            started = time.perf_counter()
+            results += bench_scale.scale(pg_server, pg_durability, mode_name)
+            _stage("scale", started)
         if only == "access":
             results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
         elif only in (None, "queue"):
@@ -264,6 +271,10 @@ def _is_sessions(scenario: str) -> bool:
 
 def _is_async(scenario: str) -> bool:
     return scenario.startswith(bench_async.SCENARIO_PREFIX)
+
+
+def _is_scale(scenario: str) -> bool:
+    return scenario.startswith(bench_scale.SCENARIO_PREFIX)
 
 
 def _is_queue(scenario: str) -> bool:
@@ -326,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             "large": _is_large,
             "sessions": _is_sessions,
             "async": _is_async,
+            "scale": _is_scale,
         }[args.only]
         bench_report.merge_json(out / "results.json", meta, results, rows, replaces)
     else:
@@ -334,7 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     blocks = _blocks(meta, title, results, rows)
     print("\n" + "\n\n".join(block for block in blocks if block))
     print(f"\nwrote {out / 'results.json'}" + ("" if args.only else f" and {out / 'chart.png'}"))
-    if args.write_docs and args.only in ("access", "tenancy", "sessions", "async"):
+    if args.only == "scale":
+        print("\n" + bench_scale.scale_table(results))
+    if args.write_docs and args.only in ("access", "tenancy", "sessions", "async", "scale"):
         print(f"not writing docs/performance.md: a {args.only}-only run would replace the main table")
     elif args.write_docs:
         regions = (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS, bench_report.LARGE_MARKERS)

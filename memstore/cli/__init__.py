@@ -99,6 +99,7 @@ def _register() -> None:
     from memstore.cli.backup import backup, restore
     from memstore.cli.config_show import config
     from memstore.cli.db import db
+    from memstore.cli.db_partition import partition_command
     from memstore.cli.demo import demo
     from memstore.cli.doctor import doctor
     from memstore.cli.embed import embed
@@ -117,6 +118,7 @@ def _register() -> None:
 
     agent_doc.add_command(import_docs)
     agent_doc.add_command(export_docs)
+    db.add_command(partition_command)
     main.add_command(agent_doc)
     main.add_command(backup)
     main.add_command(config)

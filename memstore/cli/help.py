@@ -23,6 +23,7 @@ EXAMPLES = {
     "db current": "memstore db current --url postgresql://memstore@db.internal/memstore",
     "db downgrade": "memstore db downgrade 0005   # lists what it drops; asks if that holds data",
     "db grant-app-role": "memstore db grant-app-role memstore_app --create --password-env APP_DB_PASSWORD",
+    "db partition": "memstore db partition --partitions 32 --sql   # the SQL for a DBA (no --sql: runs it)",
     "db heads": "memstore db heads",
     "db history": "memstore db history",
     "db sql": "memstore db sql --dialect postgresql --from 0005 --to head",

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.engine import make_url
 
 from memstore.config import MemoryConfig
 from memstore.queue import reset_memory_queue
@@ -20,8 +21,11 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.file import FileMemoryStorage
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.engine import dispose_engines
+from memstore.storage.sql.engine import dispose_engines, get_engine
+from memstore.storage.sql.maintenance.partition import partition
+from memstore.storage.sql.schema.migrate import upgrade
 from tests.support.openai_server import OpenAIStubServer
+from tests.support.postgres import fresh_database
 from tests.support.semantic import MODEL
 
 StorageFactory = Callable[[], MemoryStorage]
@@ -32,6 +36,7 @@ StorageFactory = Callable[[], MemoryStorage]
         pytest.param("file", id="file"),
         pytest.param("sqlite", id="sqlite"),
         pytest.param("postgres", id="postgresql", marks=pytest.mark.postgres),
+        pytest.param("postgres_partitioned", id="postgresql-partitioned", marks=pytest.mark.postgres),
     ]
 )
 def storage_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StorageFactory]:
@@ -41,6 +46,24 @@ def storage_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         return
     url = str(request.getfixturevalue(f"{request.param}_url"))
     yield lambda: SqlMemoryStorage(url)
+
+
+@pytest.fixture(scope="session")
+def pg_partitioned_template(pg_server_url: str) -> Iterator[str]:
+    """A database at head moved to the partitioned layout (``memstore db partition``), once per session."""
+    with fresh_database(pg_server_url) as url:
+        upgrade(url)
+        partition(get_engine(url), partitions=4)
+        dispose_engines()  # a template must have no open connection when it is copied
+        yield str(make_url(url).database)
+
+
+@pytest.fixture
+def postgres_partitioned_url(pg_server_url: str, pg_partitioned_template: str) -> Iterator[str]:
+    """A fresh PostgreSQL database on the partitioned layout: a copy of the session's template."""
+    with fresh_database(pg_server_url, template=pg_partitioned_template) as url:
+        yield url
+        dispose_engines()
 
 
 @pytest.fixture

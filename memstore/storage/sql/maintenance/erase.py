@@ -9,7 +9,7 @@ tenants' rows, so on PostgreSQL they run on the operator's connection (``operato
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import (
     ColumnElement,
@@ -30,6 +30,7 @@ from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
 from memstore.storage.sql.agent_docs.store import erase_user_documents
 from memstore.storage.sql.documents.statements import user_is
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, driver_execute
+from memstore.storage.sql.maintenance.history_months import drop_months_before, ensure_months
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.schema.fts_schema import FTS_TABLE
 from memstore.storage.sql.schema.models import claims_table as _claims
@@ -186,7 +187,8 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
     """Purge history, tombstones and erasure records older than ``cutoff``.
 
     Scopes remember the newest purged tombstone revision (``purged_revision``); a save of a
-    document loaded before it is refused, since it could otherwise resurrect a purged fact.
+    document loaded before it is refused, since it could otherwise resurrect a purged fact. On the
+    partitioned layout it also creates history's months ahead (``history_months.ensure_months``).
     """
     old_tombstone = _old_tombstone(cutoff)
     newest_purged = (
@@ -207,10 +209,16 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
                     )
                 )
             )
-            return {
+            # The partitioned layout drops history's whole months first (``history_months``); the
+            # month the cut-off falls in, and the default partition, lose their rows below.
+            months = drop_months_before(conn, cutoff)
+            counts = {
                 name: int(conn.execute(delete(table).where(where)).rowcount)
                 for name, (table, where) in _vacuumed(cutoff).items()
             }
+            counts["memory_history"] += months
+            ensure_months(conn, datetime.now(UTC))
+            return counts
 
 
 def vacuum_counts(engine: Engine, cutoff: datetime) -> dict[str, int]:

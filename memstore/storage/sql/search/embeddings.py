@@ -89,10 +89,16 @@ _VECTOR_SOURCE = (
 def _upsert_vector(dialect: str) -> Any:
     """Insert or replace a fact's vector in one statement: two writers embedding one fact at once
     (the worker and ``memstore embed``, two first searches) both succeed, the later one's row stays."""
-    insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
-    statement = insert(_vectors).from_select(_VECTOR_COLUMNS, _VECTOR_SOURCE)
-    replaced = {name: statement.excluded[name] for name in _VECTOR_COLUMNS if name != "fact_row_id"}
-    return statement.on_conflict_do_update(index_elements=["fact_row_id"], set_=replaced)
+    if dialect == "postgresql":  # by name: on the partitioned layout the key is (fact_row_id, scope_id)
+        upsert = postgresql_insert(_vectors).from_select(_VECTOR_COLUMNS, _VECTOR_SOURCE)
+        return upsert.on_conflict_do_update(constraint="pk_memory_fact_embeddings", set_=_replaced(upsert))
+    statement = sqlite_insert(_vectors).from_select(_VECTOR_COLUMNS, _VECTOR_SOURCE)
+    return statement.on_conflict_do_update(index_elements=["fact_row_id"], set_=_replaced(statement))
+
+
+def _replaced(statement: Any) -> dict[str, Any]:
+    """Every column but the key, from the row that lost the conflict (``excluded``)."""
+    return {name: statement.excluded[name] for name in _VECTOR_COLUMNS if name != "fact_row_id"}
 
 
 _UPSERT_VECTOR = {dialect: _upsert_vector(dialect) for dialect in ("postgresql", "sqlite")}
