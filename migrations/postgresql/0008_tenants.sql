@@ -84,7 +84,7 @@ ALTER TABLE memory_facts ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_facts FORCE ROW LEVEL SECURITY;
 
-CREATE POLICY memstore_read ON memory_facts FOR SELECT USING (tenant_id = current_setting('memstore.tenant_id', true) AND (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) OR (deleted_revision IS NULL AND (visibility = 'public' OR (visibility = 'shared' AND ('admin' = ANY(string_to_array(current_setting('memstore.roles', true), ',')) OR EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id AND ((g.grantee_kind = 'user' AND g.grantee = current_setting('memstore.user_id', true)) OR (g.grantee_kind = 'role' AND g.grantee = ANY(string_to_array(current_setting('memstore.roles', true), ',')))))))))));
+CREATE POLICY memstore_read ON memory_facts FOR SELECT USING (tenant_id = current_setting('memstore.tenant_id', true) AND (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) OR (deleted_revision IS NULL AND (visibility = 'public' OR (visibility = 'shared' AND ('admin' = ANY(string_to_array(current_setting('memstore.roles', true), ',')) OR EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id AND g.scope_id = memory_facts.scope_id AND ((g.grantee_kind = 'user' AND g.grantee = current_setting('memstore.user_id', true)) OR (g.grantee_kind = 'role' AND g.grantee = ANY(string_to_array(current_setting('memstore.roles', true), ',')))))))))));
 
 CREATE POLICY memstore_owner_insert ON memory_facts FOR INSERT WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true) AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
 
@@ -118,9 +118,9 @@ ALTER TABLE memory_fact_embeddings ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_fact_embeddings FORCE ROW LEVEL SECURITY;
 
-CREATE POLICY memstore_read ON memory_fact_embeddings FOR SELECT USING (fact_row_id IN (SELECT f.id FROM memory_facts f));
+CREATE POLICY memstore_read ON memory_fact_embeddings FOR SELECT USING ((fact_row_id, scope_id) IN (SELECT f.id, f.scope_id FROM memory_facts f));
 
-CREATE POLICY memstore_owner_write ON memory_fact_embeddings FOR ALL USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) AND fact_row_id IN (SELECT f.id FROM memory_facts f WHERE f.scope_id = memory_fact_embeddings.scope_id));
+CREATE POLICY memstore_owner_write ON memory_fact_embeddings FOR ALL USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)) AND (fact_row_id, scope_id) IN (SELECT f.id, f.scope_id FROM memory_facts f));
 
 ALTER TABLE memory_erasures ENABLE ROW LEVEL SECURITY;
 

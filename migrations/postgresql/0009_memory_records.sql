@@ -58,7 +58,7 @@ ALTER TABLE memory_fact_tags ENABLE ROW LEVEL SECURITY;
 
 ALTER TABLE memory_fact_tags FORCE ROW LEVEL SECURITY;
 
-CREATE POLICY memstore_read ON memory_fact_tags FOR SELECT USING (fact_row_id IN (SELECT f.id FROM memory_facts f));
+CREATE POLICY memstore_read ON memory_fact_tags FOR SELECT USING ((fact_row_id, scope_id) IN (SELECT f.id, f.scope_id FROM memory_facts f));
 
 CREATE POLICY memstore_owner_write ON memory_fact_tags FOR ALL USING (tenant_id = current_setting('memstore.tenant_id', true) AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (tenant_id = current_setting('memstore.tenant_id', true) AND scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
 

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
 
 from memstore.config import MemoryConfig
 from memstore.document import create_empty_memory
@@ -282,3 +284,233 @@ def _bench_databases(server_url: str) -> set[str]:
             return set(names.scalars())
     finally:
         admin.dispose()
+
+
+def test_a_save_during_the_move_waits_for_it_and_lands_in_the_new_tables(postgres_url: str) -> None:
+    """C1: the move locks every table it copies before the first copy; a writer waits, then writes
+    into the partitioned tables (before the fix, a save between a copy and its DROP vanished)."""
+    storage = SqlMemoryStorage(postgres_url)
+    assert storage.save(_doc(_fact("fact_alice", "alice before the move")), user_id="alice")
+    outcome: dict[str, Any] = {}
+
+    def save_bob() -> None:
+        try:
+            outcome["saved"] = SqlMemoryStorage(postgres_url).save(
+                _doc(_fact("fact_bob", "bob during the move", tags=["b"])), user_id="bob"
+            )
+        except Exception as exc:  # reported below
+            outcome["error"] = exc
+
+    with migrate.migration_connection(get_engine(postgres_url)) as conn:
+        plan = partition.statements(conn, partitions=4)
+        assert plan[:2] == partition.lock_statements()
+        assert all(name in plan[1] for name in partition.LOCKED)
+        copy = plan.index("INSERT INTO memory_facts__unpartitioned SELECT * FROM memory_facts")
+        for statement in plan[: copy + 1]:
+            conn.exec_driver_sql(statement)
+        other = create_engine(postgres_url)
+        try:  # a writer cannot get in meanwhile: here it gives up after its own lock timeout
+            for table, values in (
+                ("memory_scopes (tenant_id, user_id, agent_name)", "('default', 'dave', '')"),
+                (f"memory_history ({_HISTORY_COLUMNS})", "(1, 9, now(), 'fact', 'x', 'insert', 't')"),
+            ):
+                with pytest.raises(OperationalError, match="lock timeout"), other.begin() as probe:
+                    probe.exec_driver_sql("SET LOCAL lock_timeout = '200ms'")
+                    probe.exec_driver_sql(f"INSERT INTO {table} VALUES {values}")
+            with other.begin() as probe:  # readers go on
+                assert probe.exec_driver_sql("SELECT count(*) FROM memory_facts").scalar_one() == 1
+        finally:
+            other.dispose()
+        thread = threading.Thread(target=save_bob)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # the save waits for the move
+        for statement in plan[copy + 1 :]:
+            conn.exec_driver_sql(statement)
+    thread.join(30)
+    assert outcome == {"saved": True}
+    dispose_engines()
+    with get_engine(postgres_url).connect() as conn:
+        assert is_partitioned(conn, "memory_facts")
+        facts = conn.execute(text("SELECT fact_id FROM memory_facts ORDER BY 1")).scalars().all()
+        tags = conn.execute(text("SELECT tag FROM memory_fact_tags")).scalars().all()
+    assert facts == ["fact_alice", "fact_bob"] and tags == ["b"]
+    assert [f["id"] for f in SqlMemoryStorage(postgres_url).load(user_id="bob")["facts"]] == ["fact_bob"]
+
+
+def test_the_printed_script_takes_the_migration_lock_and_checks_the_revision(postgres_url: str) -> None:
+    printed = _partition(postgres_url, "--sql")
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.removeprefix("BEGIN;\n").split(";\n")
+    assert lines[0] == f"SELECT pg_advisory_xact_lock({migrate.PG_MIGRATION_LOCK_KEY})"
+    assert "alembic_version" in lines[1] and "RAISE EXCEPTION" in lines[1]
+    assert lines[2:4] == partition.lock_statements()
+    with get_engine(postgres_url).begin() as conn:  # the database moved on: the script refuses
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = 'elsewhere'")
+    with pytest.raises(Exception, match="no longer at revision"), get_engine(postgres_url).begin() as conn:
+        for statement in printed.stdout.removeprefix("BEGIN;\n").removesuffix("COMMIT;\n").split(";\n"):
+            if statement.strip():
+                conn.exec_driver_sql(statement)
+    with get_engine(postgres_url).connect() as conn:
+        assert not is_partitioned(conn, "memory_facts")
+
+
+def test_it_refuses_policies_and_publications_it_would_not_carry(postgres_url: str) -> None:
+    with get_engine(postgres_url).begin() as conn:
+        conn.exec_driver_sql("CREATE POLICY site_extra ON memory_facts FOR SELECT USING (true)")
+    refused = _partition(postgres_url)
+    assert refused.returncode == 1 and "memory_facts.site_extra" in refused.stderr
+    with get_engine(postgres_url).begin() as conn:
+        conn.exec_driver_sql("DROP POLICY site_extra ON memory_facts")
+        conn.exec_driver_sql("CREATE PUBLICATION memstore_test_pub FOR TABLE memory_history")
+    try:
+        refused = _partition(postgres_url)
+        assert refused.returncode == 1 and "publication" in refused.stderr
+    finally:
+        with get_engine(postgres_url).begin() as conn:
+            conn.exec_driver_sql("DROP PUBLICATION memstore_test_pub")
+    assert _partition(postgres_url).returncode == 0
+
+
+def test_a_reused_fact_id_reveals_nothing_of_another_users_fact(postgres_partitioned_url: str) -> None:
+    """H1: fact ids repeat across scopes on this layout; the policies match (id, scope)."""
+    url = postgres_partitioned_url
+    storage = SqlMemoryStorage(url)
+    assert storage.save(_doc(_fact("fact_a", "alice secret", tags=["alice-secret"])), user_id="alice")
+    assert storage.save(_doc(_fact("fact_m", "mallory", tags=["m"])), user_id="mallory")
+    with get_engine(url).begin() as conn:  # alice's fact: shared with bob, tagged, embedded
+        alice_id, alice_scope = conn.execute(
+            text("SELECT id, scope_id FROM memory_facts WHERE fact_id = 'fact_a'")
+        ).one()
+        conn.execute(text("UPDATE memory_facts SET visibility = 'shared' WHERE id = :id"), {"id": alice_id})
+        conn.execute(
+            text(
+                "INSERT INTO memory_fact_grants (fact_row_id, scope_id, tenant_id, grantee_kind, grantee) "
+                "VALUES (:id, :scope, 'default', 'user', 'bob')"
+            ),
+            {"id": alice_id, "scope": alice_scope},
+        )
+        conn.execute(
+            text(
+                "INSERT INTO memory_fact_embeddings (fact_row_id, scope_id, model, dimension, content_key, "
+                "vector, embedded_at) VALUES (:id, :scope, 'm', 2, 'k', '{0.1,0.2}', now())"
+            ),
+            {"id": alice_id, "scope": alice_scope},
+        )
+        policies: dict[str, str] = dict(
+            conn.execute(
+                text(
+                    "SELECT c.relname || '.' || p.polname, pg_get_expr(p.polqual, p.polrelid) "
+                    "FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid "
+                    "WHERE p.polname = 'memstore_read'"
+                )
+            ).all()
+        )
+    assert "scope_id" in policies["memory_fact_tags.memstore_read"]
+    assert "scope_id" in policies["memory_fact_embeddings.memstore_read"]
+    with app_role_url(url) as app:
+        engine = create_engine(app)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text("SELECT set_config('memstore.tenant_id', 'default', true)"))
+                conn.execute(text("SELECT set_config('memstore.user_id', 'mallory', true)"))
+                conn.execute(  # alice's fact id, in mallory's own scope, shared: the layout takes it
+                    text(
+                        "INSERT INTO memory_facts (id, scope_id, tenant_id, fact_id, position, content, "
+                        "content_key, category, confidence, created_at, source, extra, added_revision, "
+                        "updated_revision, visibility) SELECT :id, s.id, 'default', 'fact_dup', 9, 'x', 'x', "
+                        "'context', 0.5, now(), 't', '{}', 1, 1, 'shared' FROM memory_scopes s "
+                        "WHERE s.user_id = 'mallory'"
+                    ),
+                    {"id": alice_id},
+                )
+                conn.execute(  # and a grant of "its" id to herself, in her own scope
+                    text(
+                        "INSERT INTO memory_fact_grants (fact_row_id, scope_id, tenant_id, grantee_kind, "
+                        "grantee) SELECT :id, s.id, 'default', 'user', 'mallory' FROM memory_scopes s "
+                        "WHERE s.user_id = 'mallory'"
+                    ),
+                    {"id": alice_id},
+                )
+                tags = conn.execute(text("SELECT tag FROM memory_fact_tags ORDER BY 1")).scalars().all()
+                vectors = conn.execute(text("SELECT count(*) FROM memory_fact_embeddings")).scalar_one()
+                contents = conn.execute(text("SELECT content FROM memory_facts ORDER BY 1")).scalars().all()
+        finally:
+            engine.dispose()
+    assert tags == ["m"]
+    assert vectors == 0
+    assert "alice secret" not in contents
+
+
+def test_a_new_month_locks_the_default_partition_until_it_is_attached(postgres_partitioned_url: str) -> None:
+    """H2: an insert into the default partition between the move of its rows and the ATTACH would
+    make the ATTACH fail; the default partition is locked first, so the insert waits instead."""
+    url = postgres_partitioned_url
+    _fill(url)
+    later = Month.of(_NOW).plus(history_months.MONTHS_AHEAD + 2)
+    insert = text(
+        f"INSERT INTO memory_history ({_HISTORY_COLUMNS}) "
+        "SELECT min(id), 9, :at, 'fact', 'future', 'insert', 'test' FROM memory_scopes"
+    )
+    at = {"at": later.start + timedelta(days=3)}
+    with get_engine(url).begin() as conn:
+        conn.execute(insert, at)
+    plan = history_months.create_month_statements(later, "postgres")
+    assert plan[0] == f"LOCK TABLE {DEFAULT_PARTITION} IN SHARE ROW EXCLUSIVE MODE"
+    other = create_engine(url)
+    try:
+        with get_engine(url).begin() as conn:
+            for statement in plan[:3]:  # locked, created, the default's rows moved
+                conn.exec_driver_sql(statement)
+            with pytest.raises(OperationalError, match="lock timeout"), other.begin() as probe:
+                probe.exec_driver_sql("SET LOCAL lock_timeout = '200ms'")
+                probe.execute(insert, at)
+            for statement in plan[3:]:
+                conn.exec_driver_sql(statement)
+        with other.begin() as probe:  # afterwards the row goes to the new month
+            probe.execute(insert, at)
+            assert probe.exec_driver_sql(f"SELECT count(*) FROM {later.name}").scalar_one() == 2
+    finally:
+        other.dispose()
+
+
+def test_vacuum_drops_months_after_its_purge_and_leaves_a_busy_one_for_later(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """H3, M3, L2: month drops run after the purge commits, each in a short transaction with a lock
+    timeout; a month whose lock is not had is left (and not counted) for the next vacuum; a naive
+    cut-off is UTC."""
+    url = postgres_url
+    _fill(url)
+    assert _partition(url).returncode == 0  # the old months get partitions of their own
+    monkeypatch.setattr(history_months, "LOCK_TIMEOUT", "200ms")
+    cutoff = Month.of(_NOW).plus(-3).start + timedelta(days=10)
+    older = f"SELECT count(*) FROM memory_history WHERE changed_at < '{cutoff.isoformat()}'"
+    with get_engine(url).connect() as conn:
+        droppable = history_months.droppable_months(conn, cutoff)
+        total = conn.exec_driver_sql(older).scalar_one()
+        busy_rows = conn.exec_driver_sql(f"SELECT count(*) FROM {droppable[-1].name}").scalar_one()
+    assert len(droppable) >= 2 and busy_rows > 0
+    holder = create_engine(url)
+    try:
+        with holder.connect() as held, held.begin():  # a long reader of one old month
+            held.exec_driver_sql(f"SELECT count(*) FROM {droppable[-1].name}")
+            first = vacuum(get_engine(url), cutoff.replace(tzinfo=None))
+            with get_engine(url).connect() as conn:  # the purge committed while the reader holds on
+                months = history_months.existing_months(conn)
+                assert conn.exec_driver_sql(older).scalar_one() == busy_rows
+    finally:
+        holder.dispose()
+    assert droppable[-1] in months and droppable[0] not in months
+    assert first["memory_history"] == total - busy_rows
+    second = vacuum(get_engine(url), cutoff)
+    assert second["memory_history"] == busy_rows
+    with get_engine(url).connect() as conn:
+        assert history_months.droppable_months(conn, cutoff) == []
+        assert conn.exec_driver_sql(older).scalar_one() == 0
+
+
+def test_catalog_identifiers_are_quoted() -> None:
+    """L3: an owner (or any name read from the catalog) is quoted where it needs to be."""
+    assert history_months.secure_statements("t", 'Odd"Owner')[-1] == 'ALTER TABLE t OWNER TO "Odd""Owner"'
+    assert history_months.secure_statements("t", "plain")[-1] == "ALTER TABLE t OWNER TO plain"

@@ -9,6 +9,7 @@ tenants' rows, so on PostgreSQL they run on the operator's connection (``operato
 from __future__ import annotations
 
 import hashlib
+import logging
 from datetime import UTC, datetime
 
 from sqlalchemy import (
@@ -22,15 +23,26 @@ from sqlalchemy import (
     func,
     insert,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.exc import OperationalError
 
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
 from memstore.storage.sql.agent_docs.store import erase_user_documents
 from memstore.storage.sql.documents.statements import user_is
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, driver_execute
-from memstore.storage.sql.maintenance.history_months import drop_months_before, ensure_months
+from memstore.storage.sql.maintenance.history_months import (
+    DEFAULT_PARTITION,
+    HISTORY,
+    HISTORY_KEY,
+    droppable_months,
+    ensure_months,
+    existing_months,
+    month_transaction,
+    utc,
+)
 from memstore.storage.sql.maintenance.operator import operator_engine
 from memstore.storage.sql.schema.fts_schema import FTS_TABLE
 from memstore.storage.sql.schema.models import claims_table as _claims
@@ -47,6 +59,9 @@ from memstore.storage.sql.schema.models import sessions_table as _sessions
 from memstore.storage.sql.schema.models import store_item_history_table as _store_history
 from memstore.storage.sql.schema.models import store_items_table as _store_items
 from memstore.storage.sql.schema.models import tags_table as _tags
+from memstore.storage.sql.schema.partition_layout import is_partitioned
+
+_log = logging.getLogger(__name__)
 
 
 def erasure_digest(tenant_id: str, user_id: str) -> str:
@@ -188,8 +203,12 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
 
     Scopes remember the newest purged tombstone revision (``purged_revision``); a save of a
     document loaded before it is refused, since it could otherwise resurrect a purged fact. On the
-    partitioned layout it also creates history's months ahead (``history_months.ensure_months``).
+    partitioned layout whole months of history older than ``cutoff`` are dropped instead of deleted
+    row by row, and history's months ahead created (``history_months.ensure_months``): both lock
+    history exclusively, so they run after the purge commits, each in its own short transaction; a
+    month whose lock is not had in time is left for the next vacuum (its rows are not counted).
     """
+    cutoff = utc(cutoff)
     old_tombstone = _old_tombstone(cutoff)
     newest_purged = (
         select(func.max(_facts.c.deleted_revision))
@@ -209,16 +228,62 @@ def vacuum(engine: Engine, cutoff: datetime) -> dict[str, int]:
                     )
                 )
             )
-            # The partitioned layout drops history's whole months first (``history_months``); the
-            # month the cut-off falls in, and the default partition, lose their rows below.
-            months = drop_months_before(conn, cutoff)
+            partitioned = is_partitioned(conn, HISTORY)
+            vacuumed = _vacuumed(cutoff)
+            if partitioned:
+                del vacuumed["memory_history"]  # below, partition by partition
             counts = {
                 name: int(conn.execute(delete(table).where(where)).rowcount)
-                for name, (table, where) in _vacuumed(cutoff).items()
+                for name, (table, where) in vacuumed.items()
             }
-            counts["memory_history"] += months
+            if partitioned:
+                counts["memory_history"] = _purge_history_partitions(conn, cutoff)
+        if partitioned:
+            counts["memory_history"] += _drop_months(conn, cutoff)
+            _create_months(conn)
+        return counts
+
+
+def _purge_history_partitions(conn: Connection, cutoff: datetime) -> int:
+    """Delete the rows older than ``cutoff`` that no droppable month holds: those of the month the
+    cut-off falls in and of the default partition (the months after it hold none)."""
+    droppable = set(droppable_months(conn, cutoff))
+    partitions = [
+        month.name for month in existing_months(conn) if month not in droppable and month.start < cutoff
+    ]
+    deleted = 0
+    for name in (*partitions, DEFAULT_PARTITION):
+        statement = text(f"DELETE FROM {name} WHERE {HISTORY_KEY} < :cutoff")
+        deleted += int(conn.execute(statement, {"cutoff": cutoff}).rowcount)
+    return deleted
+
+
+def _drop_months(conn: Connection, cutoff: datetime) -> int:
+    """Drop the months that end by ``cutoff``, one short transaction each; returns the rows dropped."""
+    dropped = 0
+    with conn.begin():
+        months = droppable_months(conn, cutoff)
+    for month in months:
+        try:
+            with month_transaction(conn):
+                if month not in existing_months(conn):  # another vacuum dropped it meanwhile
+                    continue
+                rows = int(conn.exec_driver_sql(f"SELECT count(*) FROM {month.name}").scalar_one())
+                conn.exec_driver_sql(f"DROP TABLE {month.name}")
+        except OperationalError as exc:
+            _log.warning("vacuum: %s not dropped, left for the next vacuum: %s", month.name, exc.orig)
+            continue
+        dropped += rows
+    return dropped
+
+
+def _create_months(conn: Connection) -> None:
+    """History's current month and the months ahead, in a short transaction of their own."""
+    try:
+        with month_transaction(conn):
             ensure_months(conn, datetime.now(UTC))
-            return counts
+    except OperationalError as exc:
+        _log.warning("vacuum: history's months ahead not created, left for the next vacuum: %s", exc.orig)
 
 
 def vacuum_counts(engine: Engine, cutoff: datetime) -> dict[str, int]:

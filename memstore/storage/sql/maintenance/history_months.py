@@ -8,16 +8,25 @@ by one; the rows of the month the cut-off falls in, and of the default partition
 the plain layout.
 
 A month created while the default partition holds rows of it takes them over: they are moved into
-the new table before it is attached (attaching would otherwise fail on the default's rows).
+the new table before it is attached (attaching would otherwise fail on the default's rows), with
+the default partition locked against inserts meanwhile.
+
+Dropping or attaching a month locks ``memory_history`` exclusively, which stops every save: vacuum
+does both after its purge has committed, each in its own short transaction (``month_transaction``:
+a ``lock_timeout``, and an advisory lock so two vacuums never collide). What fails to get its lock
+in time is left for the next vacuum.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import Connection, text
+from sqlalchemy.dialects import postgresql
 
 from memstore.storage.sql.schema.partition_layout import is_partitioned
 
@@ -27,6 +36,19 @@ DEFAULT_PARTITION = f"{HISTORY}_default"
 MONTHS_AHEAD = 3
 """Months after the current one that ``vacuum`` keeps created."""
 MAX_MONTHS_AHEAD = 24
+LOCK_TIMEOUT = "5s"
+"""How long a month's drop or creation waits for ``memory_history`` before it is left for later."""
+MONTHS_LOCK_KEY = 0x6D656D6D6F6E7468
+"""The transaction advisory lock that serialises vacuums' month drops and creations."""
+_DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
+
+
+def quote(name: str) -> str:
+    """``name`` as a PostgreSQL identifier, quoted where it needs to be (a name read from the catalog)."""
+    return str(_DIALECT.identifier_preparer.quote(name))
+
+
+_quote = quote
 _MONTH_NAME = re.compile(rf"{HISTORY}_y(\d{{4}})m(\d{{2}})")
 _CHILDREN = text(
     "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
@@ -42,7 +64,7 @@ class Month:
 
     @classmethod
     def of(cls, moment: datetime) -> Month:
-        moment = moment.astimezone(UTC) if moment.tzinfo else moment
+        moment = utc(moment)
         return cls(moment.year, moment.month)
 
     def plus(self, months: int) -> Month:
@@ -62,6 +84,11 @@ class Month:
         return f"FROM ('{_literal(self.start)}') TO ('{_literal(self.plus(1).start)}')"
 
 
+def utc(moment: datetime) -> datetime:
+    """``moment`` in UTC; a naive one is taken as UTC already (as the plain layout compares it)."""
+    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
 def _literal(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S+00")
 
@@ -79,13 +106,15 @@ def secure_statements(table: str, owner: str | None) -> list[str]:
     parent's owner."""
     statements = [f"ALTER TABLE {table} {how} ROW LEVEL SECURITY" for how in ("ENABLE", "FORCE")]
     if owner is not None:
-        statements.append(f'ALTER TABLE {table} OWNER TO "{owner}"')
+        statements.append(f"ALTER TABLE {table} OWNER TO {_quote(owner)}")
     return statements
 
 
 def create_month_statements(month: Month, owner: str | None) -> list[str]:
     """A new month, attached to the parent, taking over the default partition's rows of it."""
     return [
+        # No insert lands in the default partition between the move and the attach (it would fail).
+        f"LOCK TABLE {DEFAULT_PARTITION} IN SHARE ROW EXCLUSIVE MODE",
         f"CREATE TABLE {month.name} (LIKE {HISTORY} INCLUDING DEFAULTS INCLUDING CONSTRAINTS)",
         f"WITH moved AS (DELETE FROM {DEFAULT_PARTITION} WHERE {HISTORY_KEY} >= '{_literal(month.start)}' "
         f"AND {HISTORY_KEY} < '{_literal(month.plus(1).start)}' RETURNING *) "
@@ -93,6 +122,23 @@ def create_month_statements(month: Month, owner: str | None) -> list[str]:
         f"ALTER TABLE {HISTORY} ATTACH PARTITION {month.name} FOR VALUES {month.bounds()}",
         *secure_statements(month.name, owner),
     ]
+
+
+@contextmanager
+def month_transaction(conn: Connection) -> Iterator[None]:
+    """One short transaction for month drops or creations: a lock timeout, under the months' lock."""
+    with conn.begin():
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'")
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MONTHS_LOCK_KEY})
+        yield
+
+
+def droppable_months(conn: Connection, cutoff: datetime) -> list[Month]:
+    """The month partitions that end at or before ``cutoff``: every row in them is older."""
+    if not is_partitioned(conn, HISTORY):
+        return []
+    cutoff = utc(cutoff)
+    return [month for month in existing_months(conn) if month.plus(1).start <= cutoff]
 
 
 def ensure_months(conn: Connection, now: datetime, ahead: int = MONTHS_AHEAD) -> list[str]:
@@ -118,9 +164,7 @@ def drop_months_before(conn: Connection, cutoff: datetime) -> int:
     if not is_partitioned(conn, HISTORY):
         return 0
     dropped = 0
-    for month in existing_months(conn):
-        if month.plus(1).start > cutoff:
-            break
+    for month in droppable_months(conn, cutoff):
         dropped += int(conn.exec_driver_sql(f"SELECT count(*) FROM {month.name}").scalar_one())
         conn.exec_driver_sql(f"DROP TABLE {month.name}")
     return dropped

@@ -15,13 +15,20 @@ index of a partitioned table to contain the partition key, which changes three k
 
 - ``memory_facts``: primary key ``(id, scope_id)`` (``uq_memory_facts_id_scope_id`` was already
   unique); ``memory_history``: ``(id, changed_at)``; ``memory_fact_embeddings``:
-  ``(fact_row_id, scope_id)``. The ids still come from one sequence each, so they stay unique;
+  ``(fact_row_id, scope_id)``. The ids still come from one sequence each, but nothing stops an explicit id
+  repeating in another scope: ``rls.py``'s policies match a fact by ``(id, scope_id)``;
 - ``fk_memory_fact_embeddings_fact_row_id_memory_facts`` references ``memory_facts (id, scope_id)``
   from ``(fact_row_id, scope_id)`` (a vector's fact is in its scope already: the policies check it).
 
 The whole move runs in one transaction under the migration lock: it commits complete or not at
-all. It rewrites the tables (``INSERT ... SELECT``), so it holds them for as long as that takes.
-``statements`` renders the same SQL for a DBA to read or run (``--sql``).
+all. Its first statements lock every table it reads or rewrites (``LOCKED``) in ``EXCLUSIVE``
+mode, with a ``lock_timeout``: a save waits for the move and then writes into the new
+tables, never into an old one after its rows were copied; reads go on until the old tables are
+dropped. It rewrites the tables (``INSERT ... SELECT``), so writes wait for as long as that takes.
+``render`` prints the same SQL for a DBA to read or run (``--sql``), behind the migration lock and
+a check that the database is still at the revision it was read at. Policies memstore did not create
+on these tables, or a publication of them, are refused: the move would not carry them. Identifiers
+read from the catalog are quoted.
 """
 
 from __future__ import annotations
@@ -47,6 +54,25 @@ HASHED: dict[str, str] = {
 }
 """The hash-partitioned tables and their partition key."""
 TABLES = (*HASHED, HISTORY)
+LOCKED = (
+    "memory_scopes",
+    "memory_facts",
+    "memory_fact_embeddings",
+    "memory_fact_tags",
+    "memory_fact_grants",
+    "memory_fact_relations",
+    HISTORY,
+    "memory_sessions",
+    "memory_session_turns",
+)
+"""Every table the move reads or rewrites (its foreign keys are dropped and re-added): locked
+``EXCLUSIVE`` before any copy, so a save waits for the move instead of writing rows the copy has
+already passed, while plain reads go on until the old tables are dropped. Not ``SHARE ROW
+EXCLUSIVE``: that lets a save's first statement, ``SELECT ... FOR UPDATE`` of its scope row, through,
+and the save's next write then deadlocks with the move's ``DROP CONSTRAINT`` (which needs the
+scopes table ``ACCESS EXCLUSIVE``): ``EXCLUSIVE`` stops a save before it holds anything."""
+LOCK_TIMEOUT = "60s"
+"""How long the move waits for one lock (a long save or read in the way) before it gives up whole."""
 DEFAULT_PARTITIONS = 16
 MAX_PARTITIONS = 256
 MAX_MONTHS_BACK = 120
@@ -62,6 +88,11 @@ _POLICIES_READING = tuple(
         for name in TABLES
     )
 )
+# Grants are read by memory_facts' policies: recreated with them, so the pair stays scope-aware.
+_POLICIES_RECREATED = tuple(
+    table for table in rls.POLICIES if table in _POLICIES_READING or table == "memory_fact_grants"
+)
+_quote = history_months.quote
 _FOREIGN_KEY = re.compile(r"FOREIGN KEY \(([^)]*)\) REFERENCES (\w+)\(([^)]*)\)(.*)", re.DOTALL)
 
 
@@ -106,22 +137,25 @@ def statements(
     tables = [_read(conn, name) for name in TABLES]
     months = _history_months(conn, Month.of(now or datetime.now(UTC)), months_ahead)
     inbound = _foreign_keys_into(conn)
-    plan: list[str] = []
+    plan = lock_statements()
     for table in tables:
         plan.extend(_create(table, partitions, months))
-    plan.extend(f"ALTER TABLE {child} DROP CONSTRAINT {name}" for child, name, _ in inbound)
+    plan.extend(f"ALTER TABLE {child} DROP CONSTRAINT {_quote(name)}" for child, name, _ in inbound)
     # A policy that reads a partitioned table (a tag or a vector is read where its fact is) would
-    # keep the old table alive: dropped here, created again with the rest.
-    plan.extend(rls.drop_statements(_POLICIES_READING))
+    # keep the old table alive: dropped here, created again with the rest (grants' too, so every
+    # policy matching a fact by id also matches its scope: ids repeat across scopes from now on).
+    plan.extend(rls.drop_statements(_POLICIES_RECREATED))
     for table in tables:
         new = f"{table.name}{_SUFFIX}"
-        plan.extend(f"ALTER SEQUENCE {seq} OWNED BY {new}.{column}" for seq, column in table.sequences)
+        plan.extend(
+            f"ALTER SEQUENCE {_quote(seq)} OWNED BY {new}.{_quote(column)}" for seq, column in table.sequences
+        )
         plan.append(f"DROP TABLE {table.name}")
         plan.append(f"ALTER TABLE {table.name}{_SUFFIX} RENAME TO {table.name}")
     for table in tables:
         plan.extend(_keys_and_indexes(table))
     plan.extend(_foreign_key(child, name, definition) for child, name, definition in inbound)
-    plan.extend(rls.create_statements((*TABLES, *_POLICIES_READING)))  # each table once, in POLICIES' order
+    plan.extend(rls.create_statements((*TABLES, *_POLICIES_RECREATED)))  # each table once, in POLICIES' order
     for table in tables:
         plan.extend(table.grants)
         plan.append(f"ANALYZE {table.name}")
@@ -135,8 +169,25 @@ def render(
     months_ahead: int = history_months.MONTHS_AHEAD,
 ) -> str:
     """``statements`` as one script a DBA can read, or run with ``psql -f``."""
-    body = ";\n".join(statements(conn, partitions=partitions, months_ahead=months_ahead))
+    guard = [
+        # The migration lock, then the revision the plan was read at: nothing migrated meanwhile.
+        f"SELECT pg_advisory_xact_lock({migrate.PG_MIGRATION_LOCK_KEY})",
+        "DO $$ BEGIN IF (SELECT string_agg(version_num, ',') FROM alembic_version) "
+        f"IS DISTINCT FROM '{migrate.head()}' THEN RAISE EXCEPTION "
+        f"'memstore db partition: the database is no longer at revision {migrate.head()}'; "
+        "END IF; END $$",
+    ]
+    body = ";\n".join([*guard, *statements(conn, partitions=partitions, months_ahead=months_ahead)])
     return f"BEGIN;\n{body};\nCOMMIT;\n"
+
+
+def lock_statements() -> list[str]:
+    """The plan's first statements: a lock timeout, and every table the move touches locked so
+    that writers wait for the move (and see its tables) while readers go on."""
+    return [
+        f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'",
+        f"LOCK TABLE {', '.join(LOCKED)} IN EXCLUSIVE MODE",
+    ]
 
 
 def partition(
@@ -181,6 +232,33 @@ def _refuse(conn: Connection) -> None:
     )
     if triggers:
         raise ConfigError(f"{', '.join(triggers)} carry triggers memstore did not create: partition by hand")
+    recreated = sorted({*TABLES, *_POLICIES_RECREATED})
+    policies = conn.execute(
+        text(
+            "SELECT c.relname, p.polname FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid "
+            "WHERE c.relname = ANY(:tables) AND c.relnamespace = current_schema()::regnamespace "
+            "ORDER BY 1, 2"
+        ),
+        {"tables": recreated},
+    ).all()
+    known = {(table, name) for table, rows in rls.POLICIES.items() for name, *_ in rows}
+    foreign = [f"{table}.{name}" for table, name in policies if (table, name) not in known]
+    if foreign:
+        raise ConfigError(f"policies memstore did not create ({', '.join(foreign)}): partition by hand")
+    published = (
+        conn.execute(
+            text(
+                "SELECT DISTINCT c.relname FROM pg_publication_rel r JOIN pg_class c ON c.oid = r.prrelid "
+                "WHERE c.relname = ANY(:tables) AND c.relnamespace = current_schema()::regnamespace "
+                "ORDER BY 1"
+            ),
+            {"tables": list(TABLES)},
+        )
+        .scalars()
+        .all()
+    )
+    if published:
+        raise ConfigError(f"{', '.join(published)} are in a publication: partition by hand")
 
 
 def _read(conn: Connection, name: str) -> _Table:
@@ -257,7 +335,7 @@ def _grants(conn: Connection, table: str, owner: str) -> list[str]:
     ]
     by_grant: dict[tuple[str, str, bool], list[str]] = {}
     for grantee, privilege, grantable, column in column_rows:
-        by_grant.setdefault((str(grantee), str(privilege), bool(grantable)), []).append(str(column))
+        by_grant.setdefault((str(grantee), str(privilege), bool(grantable)), []).append(_quote(str(column)))
     grants.extend(
         f"GRANT {privilege} ({', '.join(columns)}) ON TABLE {table} TO {grantee}"
         f"{' WITH GRANT OPTION' if grantable else ''}"
@@ -293,7 +371,7 @@ def _create(table: _Table, partitions: int, months: list[Month]) -> list[str]:
     for child, bound in children:
         plan.append(f"CREATE TABLE {child} PARTITION OF {new} {bound}")
         plan.extend(history_months.secure_statements(child, table.owner))
-    plan.append(f'ALTER TABLE {new} OWNER TO "{table.owner}"')
+    plan.append(f"ALTER TABLE {new} OWNER TO {_quote(table.owner)}")
     plan.append(f"INSERT INTO {new} SELECT * FROM {table.name}")
     return plan
 
@@ -306,7 +384,7 @@ def _keys_and_indexes(table: _Table) -> list[str]:
         if table.key not in names:
             names.append(table.key)
         what = "PRIMARY KEY" if kind == "p" else "UNIQUE"
-        plan.append(f"ALTER TABLE {table.name} ADD CONSTRAINT {name} {what} ({', '.join(names)})")
+        plan.append(f"ALTER TABLE {table.name} ADD CONSTRAINT {_quote(name)} {what} ({', '.join(names)})")
     # pg_get_indexdef names the table schema-qualified; a partitioned parent takes the same index.
     plan.extend(definition for _, definition in table.indexes)
     return plan
@@ -347,4 +425,4 @@ def _foreign_key(child: str, name: str, definition: str) -> str:
                 f"FOREIGN KEY ({', '.join(source)}) REFERENCES {match.group(2)}({', '.join(target)})"
                 f"{match.group(4)}"
             )
-    return f"ALTER TABLE {child} ADD CONSTRAINT {name} {definition}"
+    return f"ALTER TABLE {child} ADD CONSTRAINT {_quote(name)} {definition}"

@@ -44,7 +44,8 @@ OWN_SCOPES = (
     f"(SELECT s.id FROM memory_scopes s WHERE s.tenant_id = {TENANT} AND coalesce(s.user_id, '') = {USER})"
 )
 _GRANTED = (
-    "EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id AND "
+    "EXISTS (SELECT 1 FROM memory_fact_grants g WHERE g.fact_row_id = memory_facts.id "
+    "AND g.scope_id = memory_facts.scope_id AND "
     f"((g.grantee_kind = 'user' AND g.grantee = {USER}) "
     f"OR (g.grantee_kind = 'role' AND g.grantee = ANY({ROLES}))))"
 )
@@ -52,6 +53,9 @@ _FACT_READABLE = (
     f"tenant_id = {TENANT} AND (scope_id IN {OWN_SCOPES} OR (deleted_revision IS NULL AND "
     f"(visibility = 'public' OR (visibility = 'shared' AND ({IS_ADMIN} OR {_GRANTED})))))"
 )
+# A tag's or vector's fact, by id and scope: on the partitioned layout (``db partition``) fact ids
+# are unique per scope only, so an id alone could name another user's fact.
+_FACT_ROW_READABLE = "(fact_row_id, scope_id) IN (SELECT f.id, f.scope_id FROM memory_facts f)"
 _FACT_OWNED = f"tenant_id = {TENANT} AND scope_id IN {OWN_SCOPES}"
 _FACT_ADMINISTERED = f"tenant_id = {TENANT} AND visibility <> 'private' AND {IS_ADMIN}"
 _SCOPE_OWNED = f"tenant_id = {TENANT} AND coalesce(user_id, '') = {USER}"
@@ -101,7 +105,7 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
     ),
     # A fact's tags: read where the fact is (the subquery runs under memory_facts' own policies).
     "memory_fact_tags": (
-        ("memstore_read", "SELECT", "fact_row_id IN (SELECT f.id FROM memory_facts f)", None),
+        ("memstore_read", "SELECT", _FACT_ROW_READABLE, None),
         (
             "memstore_owner_write",
             "ALL",
@@ -125,14 +129,13 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
         ("memstore_owner_update", "UPDATE", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),
     ),
     "memory_fact_embeddings": (
-        ("memstore_read", "SELECT", "fact_row_id IN (SELECT f.id FROM memory_facts f)", None),
+        ("memstore_read", "SELECT", _FACT_ROW_READABLE, None),
         (
             "memstore_owner_write",
             "ALL",
             f"scope_id IN {OWN_SCOPES}",
             # The vector's fact must be in the same, own scope: no vector planted on another's fact.
-            f"scope_id IN {OWN_SCOPES} AND fact_row_id IN "
-            "(SELECT f.id FROM memory_facts f WHERE f.scope_id = memory_fact_embeddings.scope_id)",
+            f"scope_id IN {OWN_SCOPES} AND {_FACT_ROW_READABLE}",
         ),
     ),
     # Read by the save's erasure fence; written only by an erase, on the operator connection.
