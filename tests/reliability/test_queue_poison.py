@@ -184,6 +184,10 @@ def test_a_backlog_does_not_starve_another_user(sql_url: str, llm: OpenAIStubSer
         feeder.add_nowait(f"a{index}", turn(f"a{index}"), user_id="alice")
     feeder.add_nowait("b", turn("bob-1"), user_id="bob")
     reset_memory_queue()
+    # Every conversation due at once: what runs first is then the claims' fairness alone, not how
+    # long a loaded machine took to enqueue alice's 500 (her early ones fell due while it did).
+    with get_engine(sql_url).begin() as conn:
+        conn.execute(queue_table.update().values(due_at=datetime.now(UTC)))
     worker = DatabaseUpdateQueue(sql_url, workers=1)
     try:
         wait_for(lambda: facts_of(sql_url, "bob") == ["fact bob-1"], 60, "bob's conversation")
