@@ -191,9 +191,14 @@ def test_a_backlog_does_not_starve_another_user(sql_url: str, llm: OpenAIStubSer
     worker = DatabaseUpdateQueue(sql_url, workers=1)
     try:
         wait_for(lambda: facts_of(sql_url, "bob") == ["fact bob-1"], 60, "bob's conversation")
-        before_bob = queue_rows(sql_url)["done"] - 1
     finally:
         worker.close()
+    # Counted by completion time, not when the poll above saw bob's fact: the worker goes on.
+    with get_engine(sql_url).connect() as conn:
+        done = queue_table.c.completed_at
+        bob_done = conn.execute(select(done).where(queue_table.c.user_id == "bob")).scalar_one()
+        alice_first = (queue_table.c.user_id == "alice") & (done < bob_done)
+        before_bob = int(conn.execute(select(func.count()).where(alice_first)).scalar_one())
     record(alice_backlog=500, alice_run_before_bob=before_bob)
     assert before_bob <= 16, f"{before_bob} of alice's conversations ran before bob's"
 
