@@ -30,10 +30,11 @@ typecheck: $(STAMP)
 
 # One worker per core (pytest-xdist): every test has its own tmp_path and database, and the suite
 # is CPU-bound, so two cores halve it. PYTEST_ARGS="-n 0" runs it in one process. Each with-*.sh
-# starts a throwaway server (PostgreSQL, PgBouncer, Redis) unless its MEMSTORE_TEST_*_URL is set.
+# starts a throwaway server (PostgreSQL, PgBouncer, Redis) unless its MEMSTORE_TEST_*_URL is set;
+# with-chromium.sh finds (or, as root on Debian, installs) the Chromium the browser tests drive.
 # With no PYTEST_ARGS a second pass follows: the contract, queue and isolation suites' PostgreSQL
 # tests through PgBouncer in transaction pooling mode (scripts/run-pytest.sh; pytest-pgbouncer alone).
-SERVERS := scripts/with-postgres.sh scripts/with-pgbouncer.sh scripts/with-redis.sh
+SERVERS := scripts/with-postgres.sh scripts/with-pgbouncer.sh scripts/with-redis.sh scripts/with-chromium.sh
 
 pytest: $(STAMP)
 	$(SERVERS) scripts/run-pytest.sh $(BIN)/python $(PYTEST_ARGS)

@@ -44,21 +44,11 @@ logger = logging.getLogger(__name__)
 
 ENV_PREFIX = "MEMSTORE_"
 CONFIG_PATH_ENV = "MEMSTORE_CONFIG"
-OTHER_ENV = frozenset(
-    {
-        CONFIG_PATH_ENV,
-        "MEMSTORE_TEST_PG_URL",
-        "MEMSTORE_TEST_REDIS_URL",
-        "MEMSTORE_TEST_PGBOUNCER_URL",
-        "MEMSTORE_TEST_THROUGH_PGBOUNCER",
-        "MEMSTORE_BENCH_REDIS_URL",
-        "MEMSTORE_BENCH_PG_URL",
-        "MEMSTORE_RELIABILITY_REPORT",
-        "MEMSTORE_DB_PASSWORD",
-    }
-)
-"""``MEMSTORE_*`` names that are no setting but are read elsewhere: the settings file, the test and
-benchmark servers (PostgreSQL, Redis), the reliability report, compose.yaml's database password."""
+OTHER_ENV = frozenset({CONFIG_PATH_ENV, "MEMSTORE_RELIABILITY_REPORT", "MEMSTORE_DB_PASSWORD"})
+"""``MEMSTORE_*`` names that are no setting but are read elsewhere: the settings file, the
+reliability report, compose.yaml's database password."""
+OTHER_ENV_PREFIXES = ("MEMSTORE_TEST_", "MEMSTORE_BENCH_")
+"""The test suite's and the benchmark's own variables (their servers, the browser, ...)."""
 SQL_STORAGE_CLASS = "memstore.storage.sql.SqlMemoryStorage"
 FILE_STORAGE_CLASS = "memstore.storage.file.FileMemoryStorage"
 FILE_MAX_FACTS = 500
@@ -375,7 +365,8 @@ def unknown_env_settings(environ: Mapping[str, str] = os.environ) -> list[str]:
     settings = sorted(ENV_PREFIX + field.upper() for field in MemoryConfig.model_fields)
     messages = []
     for name in sorted(environ):
-        if name.startswith(ENV_PREFIX) and name not in settings and name not in OTHER_ENV:
+        known = name in settings or name in OTHER_ENV or name.startswith(OTHER_ENV_PREFIXES)
+        if name.startswith(ENV_PREFIX) and not known:
             close = difflib.get_close_matches(name, settings, n=1, cutoff=0.8)
             hint = f"; did you mean {close[0]}?" if close else ""
             messages.append(f"{name} is not a memstore setting and is ignored{hint}")
