@@ -50,6 +50,12 @@ T = TypeVar("T")
     help="Take the roles from this request header, comma-separated (set by the proxy; absent: none).",
 )
 @ALLOWED_HOST
+@click.option(
+    "--console",
+    is_flag=True,
+    help="Also serve the operator console at /console: every user's memory, the queue and the "
+    "lifecycle, for callers with the admin role (docs/console.md). Needs the SQL provider.",
+)
 def serve(
     host: str,
     port: int,
@@ -60,6 +66,7 @@ def serve(
     roles: frozenset[str] | None,
     roles_header: str | None,
     allowed_hosts: tuple[str, ...],
+    console: bool,
 ) -> None:
     """Serve the /api/memory endpoints over HTTP (needs the 'server' extra)."""
     if (user_id is None) == (user_header is None):
@@ -96,17 +103,23 @@ def serve(
         who += f" in tenant {tenant_id!r}"
     if roles_header is not None:
         who += f"; the roles are taken from the {roles_header} header"
-    get_memory_storage()  # fail now, with one line, on a bad database or storage setting
+    storage = get_memory_storage()  # fail now, with one line, on a bad database or storage setting
+    from memstore.storage.sql import SqlMemoryStorage
+
+    if console and not isinstance(storage, SqlMemoryStorage):
+        raise click.UsageError(f"--console needs the SQL provider; storage_class is {type(storage).__name__}")
     app = create_app(
         identity,
         allowed_hosts=hosts,
         max_body_bytes=MAX_DOCUMENT_BYTES,
         tenant=header_tenant(tenant_header) if tenant_header is not None else _fixed(tenant_id),
         roles=header_roles(roles_header) if roles_header is not None else _fixed(roles or frozenset()),
+        console=console,
     )
     listener = listen(host, port)  # before saying "serving": a busy port is reported once, here
+    console_note = f"; the operator console at http://{host}:{port}/console/ (admin role)" if console else ""
     click.echo(
-        f"memstore: serving http://{host}:{port}/api/memory (OpenAPI docs at /docs); {who}; "
+        f"memstore: serving http://{host}:{port}/api/memory (OpenAPI docs at /docs){console_note}; {who}; "
         f"accepting Host {', '.join(hosts)}"
     )
     uvicorn.Server(uvicorn.Config(app, host=host, port=port)).run(sockets=[listener])

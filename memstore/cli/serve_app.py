@@ -13,6 +13,8 @@ Stand-alone there is no gateway in front, so the app itself refuses what a gatew
 ``/docs``, ``/redoc``, ``/openapi.json``, ``/healthz``, ``/readyz`` and ``/metrics`` need no
 identity: they hold no memory. The documentation pages load Swagger UI and ReDoc from the
 installed package (``fastapi-offline``), never from a CDN, so they work on an air-gapped host.
+``/console`` (with ``console=True``) is the operator console; its own rules (the ``admin`` role,
+CSRF, CSP) are in ``memstore/console/security.py``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memstore import aio
+from memstore.console.app import create_console_app
 from memstore.integrations.fastapi import create_memory_router
 from memstore.integrations.health import create_health_router
 from memstore.integrations.identity import (
@@ -91,14 +94,18 @@ def create_app(
     max_body_bytes: int,
     tenant: Callable[..., str | None] | None = None,
     roles: Callable[..., frozenset[str]] | None = None,
+    console: bool = False,
 ) -> FastAPI:
     """``identity`` names the user; ``tenant`` and ``roles`` (dependencies, default: the default
-    tenant and no roles) the rest of the caller's identity."""
+    tenant and no roles) the rest of the caller's identity. ``console`` mounts the operator console
+    (``memstore.console``) under ``/console``, for the same callers with the ``admin`` role."""
     # /docs and /redoc from assets in the wheel (fastapi-offline), not a CDN: air-gapped installs.
     app = FastAPIOffline(title="memstore", summary="Long-term memory API", lifespan=_closing_the_loop)
     app.include_router(create_memory_router(identity, current_tenant_id=tenant, current_roles=roles))
     app.include_router(create_health_router())
     app.include_router(create_metrics_router())
+    if console:
+        app.mount("/console", create_console_app(identity, tenant=tenant, roles=roles))
     # Added last, so it runs first: a refused Host never reaches the body limit or the router.
     app.add_middleware(BodyLimit, max_body_bytes=max_body_bytes)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts), www_redirect=False)

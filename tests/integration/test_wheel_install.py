@@ -76,6 +76,24 @@ def test_scripts_come_from_the_installed_package(installed: Path, tmp_path: Path
     assert not location.is_relative_to(REPO)
 
 
+def test_the_console_ships_its_page_scripts_and_stylesheet(installed: Path, tmp_path: Path) -> None:
+    """``memstore serve --console`` serves these from the package: no CDN, no build step."""
+    code = "import memstore, pathlib; print(pathlib.Path(memstore.__file__).parent / 'console' / 'static')"
+    static = Path(run(installed, tmp_path, "python", "-c", code).stdout.strip())
+    assert static.is_relative_to(installed.parent)
+    shipped = {path.name for path in static.iterdir()}
+    assert {
+        "index.html",
+        "app.js",
+        "lib.js",
+        "memory.js",
+        "operations.js",
+        "more.js",
+        "chart.js",
+        "app.css",
+    } <= shipped
+
+
 def test_upgrade_an_empty_sqlite_file(installed: Path, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'fresh' / 'memory.db'}"
     run(installed, tmp_path, "memstore", "db", "upgrade", "--url", url)

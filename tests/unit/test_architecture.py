@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("queue", ("memstore.queue",)),
     ("ops", ("memstore.ops", "memstore.queries")),
     ("gateway", ("memstore.gateway", "memstore.aio")),
-    ("apps", ("memstore.integrations", "memstore.cli", "memstore.demo", "memstore")),
+    ("apps", ("memstore.integrations", "memstore.console", "memstore.cli", "memstore.demo", "memstore")),
 ]
 MAX_MODULE_LINES = 450
 PACKAGE_DIR = Path(memstore.__file__).parent
