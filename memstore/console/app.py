@@ -15,14 +15,34 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
+from memstore.console.inputs import no_nul
 from memstore.console.memory_routes import memory_router
 from memstore.console.more_routes import more_router
 from memstore.console.ops_routes import ops_router
-from memstore.console.security import CSRF_COOKIE, SecurityHeaders, csrf_token, operator_dependency
+from memstore.console.security import (
+    CSRF_COOKIE,
+    SecurityHeaders,
+    check_fetch_site,
+    csrf_token,
+    operator_dependency,
+)
 
 STATIC_DIR = Path(__file__).parent / "static"
 TOKEN_PLACEHOLDER = "__CSRF_TOKEN__"
+
+
+class ConsoleApp(FastAPI):
+    """The console's FastAPI app, with ``SecurityHeaders`` outside everything Starlette adds.
+
+    ``add_middleware`` puts a middleware inside Starlette's ``ServerErrorMiddleware``, whose 500
+    goes straight to the server: an unexpected error would have gone out without the CSP and
+    ``no-store``. Wrapping the whole stack covers that answer too.
+    """
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
 
 
 def create_console_app(
@@ -32,11 +52,18 @@ def create_console_app(
     roles: Callable[..., Iterable[str]] | None = None,
 ) -> FastAPI:
     """The console for callers named by the API's own identity dependencies."""
-    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, title="memstore console")
+    app = ConsoleApp(
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        title="memstore console",
+        dependencies=[Depends(no_nul)],
+    )
     operator = operator_dependency(identity, tenant, roles)
-    app.include_router(memory_router(operator), prefix="/api")
-    app.include_router(ops_router(operator), prefix="/api")
-    app.include_router(more_router(operator), prefix="/api")
+    api = [Depends(check_fetch_site)]
+    app.include_router(memory_router(operator), prefix="/api", dependencies=api)
+    app.include_router(ops_router(operator), prefix="/api", dependencies=api)
+    app.include_router(more_router(operator), prefix="/api", dependencies=api)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     shell = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
 
@@ -56,5 +83,4 @@ def create_console_app(
         )
         return response
 
-    app.add_middleware(SecurityHeaders)
     return app

@@ -4,7 +4,9 @@
 into 100,000 rows per page view. These read only the page: users grouped from ``memory_scopes``
 (one row per user and agent, on the ``(tenant_id, user_id, agent_name)`` index), then the live
 facts of just the page's users. They cross users, so they run on the operator connection
-(``operator_database_url`` under row-level security), as ``memstore stats`` does.
+(``operator_database_url`` under row-level security), as ``memstore stats`` does. The scopes
+holding agent documents are paged the same way (``doc_scopes``): with ``agent_doc_per_user`` a
+tenant of 100,000 users has as many, which ``AgentDocStore.summaries`` would return whole.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from memstore.storage.base import MemoryStorage
 from memstore.storage.records import iso
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.maintenance.operator import operator_engine
+from memstore.storage.sql.schema.models import agent_documents_table as _docs
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 
@@ -143,3 +146,37 @@ def users(
         for row in rows
     ]
     return UserPage(page, int(total), limit, offset)
+
+
+def doc_scopes(
+    engine: Engine, tenant_id: str, *, user_id: str | None = None, limit: int = 50, offset: int = 0
+) -> dict[str, Any]:
+    """One page of the tenant's scopes holding live agent documents (``user_id``: that user's
+    only), most recently changed first, each with its documents, characters and last change."""
+    conditions = [_docs.c.tenant_id == tenant_id, _docs.c.deleted_at.is_(None)]
+    if user_id is not None:
+        conditions.append(_docs.c.user_id == user_id)
+    keys = (_docs.c.agent_name, _docs.c.user_id)
+    last = func.max(_docs.c.updated_at)
+    grouped = select(*keys, func.count(), func.sum(_docs.c.chars), last).where(*conditions).group_by(*keys)
+    with engine.connect() as conn:
+        matching = select(*keys).where(*conditions).group_by(*keys).subquery()
+        total = int(conn.execute(select(func.count()).select_from(matching)).scalar_one())
+        rows = conn.execute(grouped.order_by(last.desc(), *keys).limit(limit).offset(offset)).all()
+    following = offset + len(rows)
+    return {
+        "scopes": [
+            {
+                "agent_name": agent or None,
+                "user_id": user or None,
+                "documents": int(documents),
+                "chars": int(chars or 0),
+                "updatedAt": iso(as_utc(updated)),
+            }
+            for agent, user, documents, chars, updated in rows
+        ],
+        "total": total,
+        "limit": limit,
+        "offset": offset,
+        "next_offset": following if following < total else None,
+    }

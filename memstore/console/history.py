@@ -13,6 +13,9 @@ from typing import Any
 
 from memstore.storage.records import HistoryEntry
 
+CONSOLE_ORIGIN = "console:"
+"""The origin prefix of an edit made in the console, followed by the operator's user id: the audit
+trail then says which operator changed a fact, where ``manual`` only says someone did."""
 ORIGINS = {
     "manual": "operator or API edit",
     "import": "import",
@@ -37,9 +40,16 @@ MAX_DIFF_WORDS = 4000
 quadratic in the worst case, and a fact is at most a few thousand characters anyway)."""
 
 
+def console_origin(operator: str) -> str:
+    """The audit origin of an edit that ``operator`` makes in the console."""
+    return f"{CONSOLE_ORIGIN}{operator}"
+
+
 def who(entry: HistoryEntry) -> dict[str, str]:
     """``kind`` (``operator``, ``updater``, ``import``, ``lifecycle``, ...) and a readable label."""
-    if entry.origin in ORIGINS:
+    if entry.origin.startswith(CONSOLE_ORIGIN):
+        kind, label = "operator", f"operator {entry.origin.removeprefix(CONSOLE_ORIGIN)} in the console"
+    elif entry.origin in ORIGINS:
         kind = "operator" if entry.origin == "manual" else entry.origin
         label = ORIGINS[entry.origin]
     else:

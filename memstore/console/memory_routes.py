@@ -3,8 +3,9 @@ history, the ``<memory>`` block, and the fact edits (``PATCH``/``DELETE``, CSRF-
 
 Every handler is a plain ``def`` (FastAPI runs it on its thread pool) over the sync operations
 the CLI uses: ``memstore.ops.queries`` pages and filters in SQL, ``memstore.ops.facts`` edits with
-its checks and merge-safe saves. An edit acts as the fact's owner with the operator's roles, so
-it is audited like any manual edit (origin ``manual``).
+its checks and merge-safe saves. An edit acts as the fact's owner with the operator's roles and
+is audited with origin ``console:<operator>`` (``history.console_origin``). It names the version
+of the fact the operator looked at, and a fact changed since then is a 409, not overwritten.
 """
 
 # No ``from __future__ import annotations``: FastAPI evaluates the handlers' annotations.
@@ -17,7 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memstore.console.directory import MAX_USER_PAGE, USER_ORDERS, directory_engine, tenants, users
 from memstore.console.errors import console_errors
-from memstore.console.history import version_json
+from memstore.console.history import console_origin, version_json
+from memstore.console.inputs import Offset
 from memstore.console.preview import memory_block
 from memstore.console.security import Operator, check_mutation
 from memstore.document import (
@@ -27,6 +29,7 @@ from memstore.document import (
     USER_SECTIONS,
 )
 from memstore.inject.relevance import MAX_QUERY_CHARS
+from memstore.integrations.fastapi_errors import MemoryRoute
 from memstore.ops.facts import delete_memory_fact, update_memory_fact
 from memstore.ops.queries import list_facts, list_scopes, memory_history
 from memstore.record import MEMORY_TYPES
@@ -35,7 +38,6 @@ from memstore.storage.loader import get_memory_storage
 from memstore.storage.records import ANY_AGENT, FACT_ORDERS, MAX_PAGE_SIZE, AgentFilter, FactFilter
 
 MAX_HISTORY = 1000
-UserId = Query(min_length=1, max_length=128)
 
 
 class FactEdit(BaseModel):
@@ -50,6 +52,8 @@ class FactEdit(BaseModel):
     memory_type: str | None = None
     tags: list[str] | None = None
     visibility: Literal["private", "shared", "public"] | None = None
+    version: int | None = Field(default=None, ge=1)
+    """The fact's version the operator edited (the listing's ``version``): a 409 if it moved on."""
 
 
 NO_AGENT = "_"
@@ -72,8 +76,27 @@ def _user(user_id: str) -> str:
     return checked
 
 
+def _still_at(user: str, agent: str | None, tenant_id: str, fact_id: str, version: int | None) -> None:
+    """Refuse (409) to change a fact that moved past ``version`` since the operator looked at it.
+
+    The edit itself then merges its change against the document it loads (a writer racing *that*
+    is ``ops.facts``' ``FactEditConflictError``); this covers the minutes the operator spent on the
+    page, which the merge cannot see. A fact gone meanwhile is left to the edit's own 404.
+    """
+    if version is None:
+        return
+    where = FactFilter(user_id=user, agent_name=agent, fact_id=fact_id)
+    held = next((fact for fact in list_facts(where, tenant_id=tenant_id).facts if fact.user_id == user), None)
+    if held is not None and held.version != version:
+        raise HTTPException(
+            409,
+            f"fact {fact_id} changed since you opened it (version {version}, now {held.version}): "
+            "reload the page and look again",
+        )
+
+
 def memory_router(operator: Callable[..., Operator]) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=MemoryRoute)
     caller = Depends(operator)
 
     @router.get("/tenants")
@@ -90,7 +113,7 @@ def memory_router(operator: Callable[..., Operator]) -> APIRouter:
         q: str | None = Query(default=None, max_length=128),
         order: str = "id",
         limit: int = Query(default=50, ge=1, le=MAX_USER_PAGE),
-        offset: int = Query(default=0, ge=0),
+        offset: Offset = 0,
     ) -> dict[str, Any]:
         if order not in USER_ORDERS:
             raise HTTPException(422, f"order must be one of {', '.join(USER_ORDERS)}")
@@ -148,7 +171,7 @@ def memory_router(operator: Callable[..., Operator]) -> APIRouter:
         text: str | None = Query(default=None, max_length=MAX_FACT_CHARS),
         order: str = "newest",
         limit: int = Query(default=50, ge=1, le=MAX_PAGE_SIZE),
-        offset: int = Query(default=0, ge=0),
+        offset: Offset = 0,
     ) -> dict[str, Any]:
         if memory_type is not None and memory_type not in MEMORY_TYPES:
             raise HTTPException(422, f"memory_type must be one of {', '.join(MEMORY_TYPES)}")
@@ -181,34 +204,45 @@ def memory_router(operator: Callable[..., Operator]) -> APIRouter:
         if edit.memory_type is not None and edit.memory_type not in MEMORY_TYPES:
             raise HTTPException(422, f"memory_type must be one of {', '.join(MEMORY_TYPES)}")
         with console_errors(me):
+            user, tenant_id = _user(user_id), me.tenant(tenant)
+            _still_at(user, exact_agent(agent), tenant_id, fact_id, edit.version)
             stored = update_memory_fact(
                 fact_id,
                 edit.content,
                 edit.category,
                 edit.confidence,
                 exact_agent(agent),
-                user_id=_user(user_id),
-                tenant_id=me.tenant(tenant),
+                user_id=user,
+                tenant_id=tenant_id,
                 roles=me.roles,
                 visibility=edit.visibility,
                 memory_type=edit.memory_type,
                 importance=edit.importance,
                 tags=edit.tags,
+                origin=console_origin(me.user_id),
             )
         held = next((fact for fact in stored.get("facts") or [] if fact.get("id") == fact_id), None)
         return {"fact": held}
 
     @router.delete("/users/{user_id}/facts/{fact_id}", dependencies=[Depends(check_mutation)])
     def delete_fact(
-        user_id: str, fact_id: str, me: Operator = caller, tenant: str | None = None, agent: str | None = None
+        user_id: str,
+        fact_id: str,
+        me: Operator = caller,
+        tenant: str | None = None,
+        agent: str | None = None,
+        version: int | None = Query(default=None, ge=1),
     ) -> dict[str, Any]:
         with console_errors(me):
+            user, tenant_id = _user(user_id), me.tenant(tenant)
+            _still_at(user, exact_agent(agent), tenant_id, fact_id, version)
             delete_memory_fact(
                 fact_id,
                 exact_agent(agent),
-                user_id=_user(user_id),
-                tenant_id=me.tenant(tenant),
+                user_id=user,
+                tenant_id=tenant_id,
                 roles=me.roles,
+                origin=console_origin(me.user_id),
             )
         return {"deleted": fact_id}
 

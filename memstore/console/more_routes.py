@@ -2,7 +2,8 @@
 users, a user's sessions, and the agents' documents.
 
 Search is ``memstore.ops.queries.search_facts`` (the operator's search: it counts as no access);
-sessions and documents are ``memstore.ops.sessions`` and ``memstore.ops.agent_docs``, the CLI's.
+sessions and documents are ``memstore.ops.sessions`` and ``memstore.ops.agent_docs``, the CLI's,
+except the list of scopes holding documents, paged in SQL (``directory.doc_scopes``).
 """
 
 from collections.abc import Callable
@@ -12,14 +13,16 @@ from fastapi import APIRouter, Depends, HTTPException, Query
 
 from memstore.agent_doc import DocScope
 from memstore.config import get_memory_config
+from memstore.console.directory import directory_engine, doc_scopes
 from memstore.console.errors import console_errors
+from memstore.console.inputs import Offset
 from memstore.console.memory_routes import exact_agent
 from memstore.console.security import Operator
 from memstore.document import FACT_CATEGORIES, MAX_FACT_CHARS
+from memstore.integrations.fastapi_errors import MemoryRoute
 from memstore.ops.agent_docs import (
     MAX_HISTORY_LIMIT,
     doc_history,
-    doc_summaries,
     document_fields,
     list_docs,
     read_doc,
@@ -28,17 +31,18 @@ from memstore.ops.agent_docs import (
 from memstore.ops.queries import search_facts
 from memstore.ops.sessions import MAX_LIST_LIMIT, info_dict, list_sessions, read_session, turn_dict
 from memstore.scope import validate_user_id
+from memstore.storage.loader import get_memory_storage
 from memstore.storage.records import SEARCH_MODES, FactFilter
 from memstore.storage.search_text import SEARCH_MATCHES
 from memstore.storage.sessions.loader import session_backend
 
 MAX_SEARCH_PAGE = 100
-MAX_DOC_SCOPES = 500
-"""Document scopes listed at most on the page (the newest first); a user's own are on their page."""
+MAX_DOC_SCOPES = 200
+"""Document scopes on one page at most (the newest first); a user's own are on their page."""
 
 
 def more_router(operator: Callable[..., Operator]) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=MemoryRoute)
     caller = Depends(operator)
 
     @router.get("/me")
@@ -67,7 +71,7 @@ def more_router(operator: Callable[..., Operator]) -> APIRouter:
         user: str | None = Query(default=None, max_length=128),
         category: str | None = Query(default=None, max_length=64),
         limit: int = Query(default=20, ge=1, le=MAX_SEARCH_PAGE),
-        offset: int = Query(default=0, ge=0),
+        offset: Offset = 0,
     ) -> dict[str, Any]:
         if mode not in SEARCH_MODES or (match is not None and match not in SEARCH_MATCHES):
             raise HTTPException(422, f"mode must be one of {', '.join(SEARCH_MODES)}; match any or all")
@@ -90,7 +94,7 @@ def more_router(operator: Callable[..., Operator]) -> APIRouter:
         me: Operator = caller,
         tenant: str | None = None,
         limit: int = Query(default=50, ge=1, le=MAX_LIST_LIMIT),
-        offset: int = Query(default=0, ge=0),
+        offset: Offset = 0,
     ) -> dict[str, Any]:
         with console_errors(me):
             listed = list_sessions(
@@ -127,25 +131,13 @@ def more_router(operator: Callable[..., Operator]) -> APIRouter:
         me: Operator = caller,
         tenant: str | None = None,
         user: str | None = Query(default=None, max_length=128),
+        limit: int = Query(default=50, ge=1, le=MAX_DOC_SCOPES),
+        offset: Offset = 0,
     ) -> dict[str, Any]:
         with console_errors(me):
-            tenant_id = me.tenant(tenant)
-            owner = validate_user_id(user or None)
-            scopes = [scope for scope in doc_summaries(tenant_id) if owner is None or scope.user_id == owner]
-        scopes.sort(key=lambda scope: scope.updated_at, reverse=True)
-        return {
-            "scopes": [
-                {
-                    "agent_name": scope.agent_name,
-                    "user_id": scope.user_id,
-                    "documents": scope.documents,
-                    "chars": scope.chars,
-                    "updatedAt": scope.updated_at.isoformat(),
-                }
-                for scope in scopes[:MAX_DOC_SCOPES]
-            ],
-            "total": len(scopes),
-        }
+            tenant_id, owner = me.tenant(tenant), validate_user_id(user or None)
+            engine = directory_engine(get_memory_storage(), "the console's agent document list")
+            return doc_scopes(engine, tenant_id, user_id=owner, limit=limit, offset=offset)
 
     @router.get("/agent-docs/documents")
     def documents(

@@ -4,7 +4,9 @@ and the lifecycle (the dry run, and applying it).
 The queue crosses tenants, so only the default tenant's admin sees it (``Operator.require_operator``).
 A lifecycle run is scoped to a tenant (every tenant: the operator's ``tenant=*``) and optionally one
 user. Applying takes the dry run's own instant and threshold, so it scores the facts as the page
-showed them: what expires is what was listed, unless the facts changed in between.
+showed them, and the number of facts the operator confirmed: when a fresh dry run at that instant
+no longer finds that many (a fact was imported, edited or used in between), nothing is removed and
+the page is told to run it again.
 """
 
 from collections.abc import Callable
@@ -17,8 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from memstore.console.directory import directory_engine
 from memstore.console.errors import console_errors
+from memstore.console.inputs import MAX_OFFSET, Offset, RowId, row_id
 from memstore.console.queue_view import MAX_QUEUE_PAGE, QUEUE_STATES, last_hour, queue_rows
 from memstore.console.security import Operator, check_mutation
+from memstore.integrations.fastapi_errors import MemoryRoute
 from memstore.ops.lifecycle import LifecycleReport, run_lifecycle
 from memstore.ops.queue import purge_counts, purge_dead, queue_status, retry_dead
 from memstore.scope import validate_user_id
@@ -37,7 +41,7 @@ class DeadRows(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    ids: list[int] | None = Field(default=None, max_length=MAX_IDS)
+    ids: list[RowId] | None = Field(default=None, max_length=MAX_IDS)
     all: bool = False
 
     def chosen(self) -> list[int] | None:
@@ -53,6 +57,8 @@ class LifecycleApply(BaseModel):
     user: str | None = None
     below: float = Field(ge=0, le=1)
     evaluated_at: datetime
+    expiring: int = Field(ge=0, le=MAX_OFFSET)
+    """How many facts the dry run listed, which the operator confirmed expiring."""
 
 
 def _report(report: LifecycleReport) -> dict[str, Any]:
@@ -68,7 +74,7 @@ def _tenant_of(me: Operator, tenant: str | None) -> str | None:
 
 
 def ops_router(operator: Callable[..., Operator]) -> APIRouter:
-    router = APIRouter()
+    router = APIRouter(route_class=MemoryRoute)
     caller = Depends(operator)
 
     @router.get("/queue")
@@ -76,7 +82,7 @@ def ops_router(operator: Callable[..., Operator]) -> APIRouter:
         me: Operator = caller,
         state: str = "dead",
         limit: int = Query(default=50, ge=1, le=MAX_QUEUE_PAGE),
-        offset: int = Query(default=0, ge=0),
+        offset: Offset = 0,
     ) -> dict[str, Any]:
         me.require_operator("the queue")
         if state not in QUEUE_STATES:
@@ -144,13 +150,21 @@ def ops_router(operator: Callable[..., Operator]) -> APIRouter:
         if not now - MAX_APPLY_AGE <= evaluated_at <= now:
             raise HTTPException(422, "that dry run is over an hour old (or in the future): run it again")
         with console_errors(me):
-            report = run_lifecycle(
-                dry_run=False,
-                user_id=validate_user_id(run.user or None),
-                threshold=run.below,
-                tenant_id=_tenant_of(me, run.tenant),
-                now=evaluated_at,
-            )
+            user, tenant_id = validate_user_id(run.user or None), _tenant_of(me, run.tenant)
+
+            def lifecycle(dry_run: bool) -> LifecycleReport:
+                return run_lifecycle(
+                    dry_run=dry_run, user_id=user, threshold=run.below, tenant_id=tenant_id, now=evaluated_at
+                )
+
+            found = len(lifecycle(dry_run=True).expiring)
+            if found != run.expiring:
+                raise HTTPException(
+                    409,
+                    f"the facts changed since that dry run: {found} would expire now, not "
+                    f"{run.expiring}. Nothing was removed: run the dry run again",
+                )
+            report = lifecycle(dry_run=False)
         return {**_report(report), "applied_at": iso(now)}
 
     return router
@@ -160,10 +174,7 @@ def _ids(text: str | None) -> list[int] | None:
     """``1,2,3`` as row ids; absent is every dead row."""
     if text is None or text == "":
         return None
-    try:
-        ids = [int(part) for part in text.split(",")]
-    except ValueError as exc:
-        raise HTTPException(422, "ids are comma-separated row numbers") from exc
-    if len(ids) > MAX_IDS:
+    parts = text.split(",")
+    if len(parts) > MAX_IDS:
         raise HTTPException(422, f"at most {MAX_IDS} ids")
-    return ids
+    return [row_id(part) for part in parts]

@@ -13,6 +13,9 @@ another user's private facts:
   the script sends it back as ``X-CSRF-Token``. A page on another site can neither read the value
   nor make the browser send the header; a foreign ``Origin`` or a cross-site ``Sec-Fetch-Site`` is
   refused as well, so a token leaked some other way is still not enough from another site;
+- a read is refused when the browser says another site's page made it (``Sec-Fetch-Site``
+  ``cross-site`` or ``same-site``): such a page cannot read the answer anyway, but it could make an
+  operator's browser run the costly ones (a lifecycle dry run over every tenant) or time them;
 - every console response carries a strict Content-Security-Policy (no inline script or style,
   nothing from another origin), so even markup that slipped into the page could not run.
 """
@@ -117,6 +120,17 @@ def csrf_token(request: Request) -> str:
     if len(held) == 43 and all(char.isalnum() or char in "-_" for char in held):
         return held
     return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def check_fetch_site(request: Request) -> None:
+    """Refuse an API call that the browser says another site's page made (Fetch Metadata).
+
+    ``same-origin`` is the console's script, ``none`` an operator opening the URL; a browser that
+    sends no such header (an old one, ``curl``) is judged by the other checks alone.
+    """
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site not in {"same-origin", "none"}:
+        raise HTTPException(403, "cross-site request refused")
 
 
 def check_mutation(request: Request) -> None:

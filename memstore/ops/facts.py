@@ -285,6 +285,7 @@ def update_memory_fact(
     source_kind: str | None = None,
     raw: str | None = None,
     structured: Mapping[str, Any] | None = None,
+    origin: str = MANUAL_SOURCE,
 ) -> MemoryDocument:
     """Change the given fields of one fact; every other field (createdAt, source, ...) is kept.
 
@@ -295,7 +296,8 @@ def update_memory_fact(
     shared or public that way needs ``editor`` or ``admin``. ``owner_id`` names another user whose
     shared or public fact the tenant's ``admin`` edits (``owner_of``); the admin may not make it
     private. The record fields (``memory_type`` ... ``structured``) change as ``ops.record_fields``
-    says: set to its default, a field's key goes.
+    says: set to its default, a field's key goes. ``origin`` labels the change in the audit trail
+    (the operator console records its operator there).
     """
     record = RecordFields.of(
         memory_type=memory_type,
@@ -330,7 +332,8 @@ def update_memory_fact(
     updated = dict(memory)
     edited = record.applied_to({**changed, **given, **(access or {})})
     updated["facts"] = [*facts[:index], edited, *facts[index + 1 :]]
-    stored = _save(storage, updated, agent_name, owner, "Failed to save memory after updating a fact")
+    message = "Failed to save memory after updating a fact"
+    stored = _save(storage, updated, agent_name, owner, message, origin=origin)
     held = _fact_by_id(stored, fact_id)
     if held is None:
         raise FactNotFoundError(fact_id)
@@ -354,9 +357,11 @@ def delete_memory_fact(
     tenant_id: str | None = None,
     roles: Iterable[str] | None = None,
     owner_id: str | None = None,
+    origin: str = MANUAL_SOURCE,
 ) -> MemoryDocument:
     """Remove one of the scope's facts; its owner may, whatever its visibility, and the tenant's
-    ``admin`` may remove another user's (``owner_id``) shared or public fact."""
+    ``admin`` may remove another user's (``owner_id``) shared or public fact. ``origin`` labels
+    the removal in the audit trail."""
     owner, as_admin = owner_of(user_id, owner_id, roles)
     storage = storage_for(tenant_id, roles)
     memory = storage.load(agent_name, user_id=owner)
@@ -366,7 +371,8 @@ def delete_memory_fact(
         raise FactNotFoundError(fact_id)
     updated = dict(memory)
     updated["facts"] = kept
-    stored = _save(storage, updated, agent_name, owner, "Failed to save memory after deleting a fact")
+    message = "Failed to save memory after deleting a fact"
+    stored = _save(storage, updated, agent_name, owner, message, origin=origin)
     return without_private(stored) if as_admin else stored
 
 
@@ -389,11 +395,13 @@ def _save(
     user_id: str | None,
     message: str,
     removals: dict[str, dict[str, Any]] | None = None,
+    *,
+    origin: str = MANUAL_SOURCE,
 ) -> MemoryDocument:
     """Save ``memory`` and return what the store holds afterwards, which a merge may have changed.
 
     ``removals`` (evictions at the cap) reach the SQL provider's audit trail as ``detail``.
     """
-    if not storage.save(memory, agent_name, user_id=user_id, origin=MANUAL_SOURCE, removals=removals):
+    if not storage.save(memory, agent_name, user_id=user_id, origin=origin, removals=removals):
         raise StorageWriteError(message)
     return storage.load(agent_name, user_id=user_id)

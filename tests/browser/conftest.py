@@ -26,7 +26,8 @@ import pytest
 from tests.browser.seed import Seeded, seed
 from tests.support.postgres import fresh_database
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ENV = "MEMSTORE_TEST_CHROMIUM"
+"""The Chromium binary (``scripts/with-chromium.sh`` exports it); unset: Debian's /usr/bin/chromium."""
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -57,10 +58,11 @@ def browser() -> Iterator[Any]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _missing("playwright is not installed (the dev extra has it)")
-    if not CHROMIUM.exists():
-        _missing(f"{CHROMIUM} is missing (apt-get install chromium)")
+    chromium = Path(os.environ.get(CHROMIUM_ENV) or "/usr/bin/chromium")
+    if not chromium.exists():
+        _missing(f"{chromium} is missing (apt-get install chromium, or set {CHROMIUM_ENV})")
     with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        launched = playwright.chromium.launch(executable_path=str(chromium), args=CHROMIUM_ARGS)
         try:
             yield launched
         finally:

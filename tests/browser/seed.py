@@ -1,9 +1,10 @@
 """The memory the console tests look at, written through memstore's own API into a real database.
 
 Each mutation test has its own user, so the tests of one module share one server and database in
-any order: carol's fact is edited, dave's deleted, erin's stale fact expired, and two dead queue
-rows are retried and purged. alice holds the hostile text (markup and script in facts, a summary,
-a session turn, an agent document and a queue error) and a history written by every kind of writer.
+any order: carol's fact is edited, dave's deleted, gina's changed by another writer during an
+edit, erin's stale fact expired, and two dead queue rows are retried and purged. alice holds the
+hostile text (markup and script in facts, a summary, a session turn, an agent document and a queue
+error) and a history written by every kind of writer.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class Seeded:
     """alice's edited fact: its history has an insert by an operator, an update by the updater."""
     carol_fact: str
     dave_fact: str
+    gina_fact: str
+    """Changed behind the console's back while its edit dialog is open."""
     erin_stale: str
     erin_fresh: str
     dead_rows: tuple[int, int]
@@ -78,6 +81,7 @@ def _seed(url: str) -> Seeded:
     storage.save(document, user_id="alice", origin="thread-42")  # what the queue's updater writes
     carol_fact = _create("Carol prefers window seats", "carol", "preference")
     dave_fact = _create("Dave has a dog named Rex", "dave")
+    gina_fact = _create("Gina lives in Porto", "gina")
     erin_fresh = _create("Erin speaks Portuguese", "erin", confidence=0.95)
     erin_stale = _create("Erin once mentioned a rainy day", "erin", confidence=0.1)
     _age(url, "erin", erin_stale)
@@ -110,7 +114,7 @@ def _seed(url: str) -> Seeded:
         author="operator",
         actor="seed",
     )
-    return Seeded(alice_fact, carol_fact, dave_fact, erin_stale, erin_fresh, _queue(url))
+    return Seeded(alice_fact, carol_fact, dave_fact, gina_fact, erin_stale, erin_fresh, _queue(url))
 
 
 def _age(url: str, user: str, fact_id: str) -> None:

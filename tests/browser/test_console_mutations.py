@@ -1,6 +1,7 @@
 """Each mutation the console offers, clicked through in a real Chromium and read back from the
-database: a fact edited and deleted (after a cancelled confirmation), dead conversations retried
-and purged, the lifecycle's dry run applied."""
+database: a fact edited and deleted (after a cancelled confirmation), an edit of a fact another
+writer changed meanwhile refused, dead conversations retried and purged, the lifecycle's dry run
+applied."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import pytest
 from playwright.sync_api import expect
 from sqlalchemy import select
 
+from memstore.config import MemoryConfig
+from memstore.ops.facts import update_memory_fact
+from memstore.storage.loader import reset_memory_storage
 from memstore.storage.records import FactFilter
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import dispose_engines, get_engine
@@ -51,7 +55,8 @@ def test_editing_a_fact_is_saved_and_audited(
     [held] = [f for f in stored.reload(user_id="carol")["facts"] if f["id"] == fact]
     assert held["importance"] == 0.9
     last = stored.history(FactFilter(user_id="carol"), fact_id=fact, limit=10)[-1]
-    assert (last.action, last.origin) == ("update", "manual")
+    operator = page.request.get(console.shell + "api/me").json()["user_id"]  # the header's id, made safe
+    assert (last.action, last.origin) == ("update", f"console:{operator}")
 
     page.get_by_role("link", name=f"History of fact {fact}").click()
     expect(page.locator("h1")).to_have_text(f"History of fact {fact}")
@@ -75,6 +80,28 @@ def test_deleting_a_fact_asks_first(admin: Watched, console: Console, stored: Sq
     assert fact not in _facts(stored, "dave")
     assert stored.history(FactFilter(user_id="dave"), fact_id=fact, limit=10)[-1].action == "delete"
     assert admin.errors == [], admin.errors
+
+
+def test_an_edit_of_a_fact_changed_meanwhile_is_refused(
+    admin: Watched, console: Console, stored: SqlMemoryStorage, isolated_config: MemoryConfig
+) -> None:
+    page, fact = admin.page, console.seeded.gina_fact
+    page.goto(console.shell + "#/user/gina")
+    page.get_by_role("button", name=f"Edit fact {fact}").click()
+    isolated_config.database_url = console.url
+    reset_memory_storage()
+    # Another writer (the updater, a colleague) changes the fact while the dialog is open.
+    update_memory_fact(fact, "Gina lives in Lisbon", user_id="gina")
+    editor = _dialog(page, f"Edit fact {fact}")
+    editor.get_by_label("Content").fill("Gina lives in Braga")
+    editor.get_by_role("button", name="Save").click()
+    _dialog(page, "Save this change?").get_by_role("button", name="Save").click()
+    expect(page.locator("#status")).to_contain_text(f"fact {fact} changed since you opened it")
+    assert _facts(stored, "gina")[fact] == "Gina lives in Lisbon"
+    editor.get_by_role("button", name="Cancel").click()
+    page.reload()
+    expect(page.locator("main")).to_contain_text("Gina lives in Lisbon")
+    assert admin.errors == ["Failed to load resource: the server responded with a status of 409 (Conflict)"]
 
 
 def _queue_states(console: Console) -> dict[int, str]:

@@ -132,6 +132,21 @@ def test_pages_are_reached_and_paged_with_the_keyboard(admin: Watched, console: 
     assert admin.errors == [], admin.errors
 
 
+def test_the_tenant_picker_is_walked_with_the_arrow_keys(admin: Watched, console: Console) -> None:
+    page = admin.page
+    page.goto(console.shell + "#/users")
+    expect(page.locator("h1")).to_have_text("Tenants and users")
+    picker = page.get_by_label("Tenant", exact=True)
+    picker.focus()
+    page.keyboard.press("ArrowDown")
+    expect(page.locator("main")).to_contain_text("Users of tenant acme")
+    expect(picker).to_be_focused()  # each step renders the tenant's page; the walk goes on
+    page.keyboard.press("ArrowUp")
+    expect(page.locator("main")).to_contain_text("Users of tenant default")
+    expect(picker).to_be_focused()
+    assert admin.errors == [], admin.errors
+
+
 def test_stored_markup_is_shown_as_text_and_never_runs(admin: Watched, console: Console) -> None:
     page = admin.page
     page.goto(console.shell + "#/user/alice")

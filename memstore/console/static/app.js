@@ -58,7 +58,9 @@ async function render() {
   const title = main.querySelector("h1");
   if (title) {
     document.title = `${title.textContent} · memstore console`;
-    title.focus();
+    // After a tenant change keep the keyboard on the picker: arrowing through its options fires
+    // a change per step, and moving focus away would stop that walk at the first step.
+    if (document.activeElement?.id !== "tenant") title.focus();
   }
   if (notice) notify(notice, "ok");
 }

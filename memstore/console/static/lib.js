@@ -131,7 +131,7 @@ export function table(caption, headers, rows) {
 
 /** "1–50 of 5,000" with Previous and Next buttons that call ``go(offset)``. */
 export function pager(label, page, go) {
-  const shown = page.rows ?? page.facts ?? page.users ?? page.sessions ?? [];
+  const shown = page.rows ?? page.facts ?? page.users ?? page.sessions ?? page.scopes ?? [];
   const first = shown.length ? page.offset + 1 : 0;
   const last = page.offset + shown.length;
   const total = page.total === undefined ? "" : ` of ${page.total.toLocaleString("en")}`;

@@ -160,7 +160,9 @@ function editDialog(ctx, userId, fact) {
       close();
       return;
     }
-    const ok = await confirmDialog("Save this change?", [`Fact ${fact.fact_id} of ${fact.user_id}: ${Object.keys(edit).join(", ")}.`], "Save");
+    edit.version = fact.version; // a fact changed since this page was read is refused (409), not overwritten
+    const changed = Object.keys(edit).filter((name) => name !== "version");
+    const ok = await confirmDialog("Save this change?", [`Fact ${fact.fact_id} of ${fact.user_id}: ${changed.join(", ")}.`], "Save");
     if (!ok) return;
     const saved = await guarded(() =>
       api(`users/${encodeURIComponent(fact.user_id)}/facts/${encodeURIComponent(fact.fact_id)}`, {
@@ -186,7 +188,7 @@ async function deleteFact(ctx, fact) {
   const done = await guarded(() =>
     api(`users/${encodeURIComponent(fact.user_id)}/facts/${encodeURIComponent(fact.fact_id)}`, {
       method: "DELETE",
-      params: { tenant: ctx.tenant, agent: fact.agent_name || NO_AGENT },
+      params: { tenant: ctx.tenant, agent: fact.agent_name || NO_AGENT, version: fact.version },
     }),
   );
   if (done) reload(`Fact ${fact.fact_id} deleted.`);

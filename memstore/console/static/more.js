@@ -123,13 +123,14 @@ export async function sessionPage(ctx, userId, sessionId) {
 
 export async function agentDocsPage(ctx) {
   const user = ctx.params.get("user") || "";
+  const offset = Number(ctx.params.get("offset") || 0);
   const own = tenantParam(ctx);
-  const listed = await api("agent-docs", { params: { tenant: ctx.tenant, user } });
+  const listed = await api("agent-docs", { params: { tenant: ctx.tenant, user, offset, limit: 50 } });
   return el(
     "section",
     {},
     heading(user ? `Agent documents of ${user}` : "Agent documents"),
-    el("p", { class: "muted" }, `${listed.total} scope(s) with documents in tenant ${ctx.tenant}${listed.total > listed.scopes.length ? `; the ${listed.scopes.length} most recent are shown` : ""}.`),
+    el("p", { class: "muted" }, `${listed.total} scope(s) with documents in tenant ${ctx.tenant}, most recently changed first.`),
     table(
       "Scopes with documents",
       ["Agent", "User", "Documents", "Characters", "Updated"],
@@ -141,6 +142,9 @@ export async function agentDocsPage(ctx) {
         when(scope.updatedAt),
       ]),
     ),
+    pager("Document scopes", listed, (next) => {
+      window.location.hash = href("/docs", { ...own, user, offset: next });
+    }),
   );
 }
 

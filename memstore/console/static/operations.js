@@ -211,7 +211,10 @@ export async function lifecyclePage(ctx) {
       );
       if (!ok) return;
       const done = await guarded(() =>
-        api("lifecycle/apply", { method: "POST", body: { tenant: scope, user: user || null, below: Number(report.threshold), evaluated_at: report.evaluated_at } }),
+        api("lifecycle/apply", {
+          method: "POST",
+          body: { tenant: scope, user: user || null, below: Number(report.threshold), evaluated_at: report.evaluated_at, expiring: report.expiring_count },
+        }),
       );
       if (!done) return;
       page.querySelector(".report").replaceWith(reportView(done));
