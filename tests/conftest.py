@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,10 +94,26 @@ def redis_url() -> str:
     return redis_url_or_skip()
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One SQLite file per test session (per xdist worker), migrated to head as a first start does.
+
+    Running the migration chain costs 0.1-0.5 s a database; a copy costs a millisecond. What a
+    fresh file's first start does is tested on fresh files (tests/integration/test_migrations.py).
+    """
+    path = tmp_path_factory.mktemp("sqlite-template") / "memory.db"
+    upgrade(f"sqlite:///{path}")
+    dispose_engines()  # the last connection's close checkpoints the WAL into the file
+    assert not path.with_name("memory.db-wal").exists(), "the template's WAL was not checkpointed"
+    return path
+
+
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> Iterator[str]:
-    """A real SQLite file; the first storage built on it migrates it (the embedded default)."""
-    yield f"sqlite:///{tmp_path / 'memory.db'}"
+def sqlite_url(tmp_path: Path, sqlite_template: Path) -> Iterator[str]:
+    """A real SQLite file at head: a copy of the session's migrated template."""
+    target = tmp_path / "memory.db"
+    shutil.copyfile(sqlite_template, target)
+    yield f"sqlite:///{target}"
     dispose_engines()
 
 
