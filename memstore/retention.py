@@ -159,11 +159,15 @@ class RetentionPolicy:
 
     def decay(self, fact: Candidate, now: datetime) -> Score:
         """The decay score of ``fact`` at ``now``: ``confidence * max(freshness, heat)``."""
-        confidence = coerce_confidence(fact.confidence)
-        stretch = 0.5 + coerce_confidence(fact.importance, DEFAULT_IMPORTANCE)
+        return Score(*self._decay_parts(fact, now))
+
+    def _decay_parts(self, fact: Candidate, now: datetime) -> tuple[float, float, float, float]:
+        """``decay``'s value and parts, without the ``Score`` a fact that stays does not need."""
+        confidence = _unit(fact.confidence, 0.5)
+        stretch = 0.5 + _unit(fact.importance, DEFAULT_IMPORTANCE)
         freshness = self._freshness(fact, now, creation_weight=1.0, stretch=stretch)
         heat = self._heat(fact, now)
-        return Score(confidence * max(freshness, heat), confidence, freshness, heat)
+        return confidence * max(freshness, heat), confidence, freshness, heat
 
     def select(
         self, facts: Sequence[Candidate], max_facts: int, now: datetime
@@ -199,9 +203,9 @@ class RetentionPolicy:
         for index, fact in enumerate(facts):
             if fact.category.strip() in self.protected_categories:
                 continue
-            decay = self.decay(fact, now)
-            if decay.value < self.expire_below:
-                found[index] = decay
+            parts = self._decay_parts(fact, now)
+            if parts[0] < self.expire_below:
+                found[index] = Score(*parts)
         return found
 
 
@@ -211,12 +215,53 @@ def candidate_of(fact: dict[str, Any], signals: Mapping[str, FactSignals], index
     An id-less fact gets a placeholder id from its index, and no signals.
     """
     fact_id = fact.get("id")
-    category = fact.get("category")
-    return Candidate(
-        fact_id=fact_id if isinstance(fact_id, str) else f"#{index}",
-        category=category.strip() if isinstance(category, str) and category.strip() else "context",
-        confidence=coerce_confidence(fact.get("confidence")),
-        created_at=parse_timestamp(fact.get("createdAt")),
-        signals=signals.get(fact_id, NO_SIGNALS) if isinstance(fact_id, str) else NO_SIGNALS,
-        importance=coerce_confidence(fact.get(IMPORTANCE_KEY), DEFAULT_IMPORTANCE),
+    return candidate_from(
+        fact_id if isinstance(fact_id, str) else f"#{index}",
+        fact.get("category"),
+        fact.get("confidence"),
+        parse_timestamp(fact.get("createdAt")),
+        signals.get(fact_id, NO_SIGNALS) if isinstance(fact_id, str) else NO_SIGNALS,
+        fact.get(IMPORTANCE_KEY),
     )
+
+
+def candidate_from(
+    fact_id: str,
+    category: object,
+    confidence: object,
+    created_at: datetime | None,
+    signals: FactSignals,
+    importance: object,
+) -> Candidate:
+    """A fact's stored values as a ``Candidate``, read the way ``candidate_of`` reads a document's:
+    a blank or missing category is ``context``, and garbage confidence and importance rank as the
+    defaults. The lifecycle's scan builds candidates from table columns with it, without a document."""
+    return Candidate(
+        fact_id=fact_id,
+        category=category.strip() if isinstance(category, str) and category.strip() else "context",
+        confidence=_unit(confidence, 0.5),
+        created_at=created_at,
+        signals=signals,
+        importance=_unit(importance, DEFAULT_IMPORTANCE),
+    )
+
+
+def _unit(value: object, default: float) -> float:
+    """``coerce_confidence``, skipping its checks for the float in [0, 1] a column holds (the
+    lifecycle scores 100,000 facts in one run)."""
+    if type(value) is float and 0.0 <= value <= 1.0:
+        return value
+    return coerce_confidence(value, default)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeFacts:
+    """One scope's live facts as the retention rules see them, in document order, with their text."""
+
+    user_id: str | None
+    agent_name: str | None
+    candidates: list[Candidate]
+    contents: list[str]
+    unnamed: frozenset[int] = frozenset()
+    """Indexes of facts without an id (a document another tool wrote): scored, but no removal can
+    name them."""

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 import click
+import orjson
 
 from memstore.cli.params import not_blank
 from memstore.ops.view import one_line
@@ -35,6 +36,16 @@ def styled(stream: IO[str]) -> bool:
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def echo_json_report(value: dict[str, Any]) -> None:
+    """``echo_json`` for a report of many rows, through orjson: the same JSON values and layout.
+
+    ``json.dumps`` with ``indent`` runs the pure-Python encoder: 8.5 s for the 75,000 expiring facts
+    of a lifecycle run over 100,000 facts, where orjson takes a few hundredths of a second. Only for
+    plain JSON values (orjson refuses what ``json`` would turn into strings, such as int keys).
+    """
+    click.echo(orjson.dumps(value, option=orjson.OPT_INDENT_2))
 
 
 def echo_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -127,7 +127,7 @@ def test_the_layer_check_catches_an_upward_import() -> None:
     assert "memstore.storage.sql.documents.provider" in _imported_modules(
         "memstore.storage.sql"
     )  # a package import
-    assert "memstore.cli.db" in _imported_modules("memstore.cli")  # an import inside a function
+    assert "memstore.cli.output" in _imported_modules("memstore.cli")  # an import inside a function
 
 
 def test_the_package_exports_the_sql_provider() -> None:
