@@ -13,9 +13,13 @@ tracking on vs off) into ``results.json``; ``--only sessions`` the session-memor
 event loop, async face vs thread pool, and the LangGraph store against LangGraph's async stores);
 ``--only scale`` plain vs partitioned tables at 10,000,000 facts on PostgreSQL (``bench_scale.py``;
 1,000,000 with ``--quick``), never part of a full run: it takes the better part of an hour.
+``--only lean`` measures issue 37's figures for a baseline revision (``--baseline REV``, exported
+with ``git archive``) and the checkout side by side (``bench_lean.py``), never part of a full run
+either: it compares code versions, not variants of one.
 
     .venv/bin/python scripts/bench.py [--quick | --smoke]
-        [--only queue|access|tenancy|large|sessions|async|scale] [--out DIR] [--write-docs]
+        [--only queue|access|tenancy|large|sessions|async|scale|lean] [--baseline REV]
+        [--out DIR] [--write-docs]
 
 PostgreSQL scenarios run when MEMSTORE_BENCH_PG_URL names a server; the benchmark creates and
 drops its own database there. The Redis session scenario runs on MEMSTORE_BENCH_REDIS_URL (``off``
@@ -41,6 +45,8 @@ import bench_async
 import bench_concurrency
 import bench_large
 import bench_large_report
+import bench_lean
+import bench_lean_report
 import bench_pg
 import bench_queue
 import bench_relevance
@@ -105,11 +111,20 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--only",
-        choices=["queue", "access", "tenancy", "large", "sessions", "async", "scale"],
+        choices=["queue", "access", "tenancy", "large", "sessions", "async", "scale", "lean"],
         help="run one scenario; results.json keeps the others' entries, the chart is left alone "
         "(an access-only run never writes docs)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="--only lean: the revision measured beside the checkout "
+        f"(default {bench_lean.DEFAULT_BASELINE}; --smoke: the checkout itself)",
+    )
+    args = parser.parse_args(argv)
+    if args.baseline is not None and args.only != "lean":
+        parser.error("--baseline goes with --only lean")
+    return args
 
 
 def _meta(
@@ -198,16 +213,21 @@ def _large(mode: Mode, work: Path, pg_server: str | None, pg_durability: str) ->
 
 
 def run(
-    mode_name: str, work: Path, pg_server: str | None, only: str | None = None
+    mode_name: str, work: Path, pg_server: str | None, only: str | None = None, baseline: str | None = None
 ) -> tuple[list[Result], dict[str, Any]]:
-    """Every scenario, or with ``only`` that scenario alone."""
+    """Every scenario, or with ``only`` that scenario alone (``baseline``: the lean scenario's)."""
     mode = MODES[mode_name]
     use_bench_config(work)
     results: list[Result] = []
     notes: list[str] = []
+    lean: dict[str, Any] = {}
     with ExitStack() as stack:
-        pg_url = stack.enter_context(bench_pg.bench_database(pg_server)) if pg_server else None
-        pg_conn = bench_pg.connect(pg_url) if pg_url else None
+        # The lean scenario migrates databases of its own, one per tree, each with that tree's code.
+        pg_url = (
+            stack.enter_context(bench_pg.bench_database(pg_server)) if pg_server and only != "lean" else None
+        )
+        probed = pg_server if only == "lean" else pg_url
+        pg_conn = bench_pg.connect(probed) if probed else None
         if pg_conn is not None:
             stack.callback(pg_conn.close)
         pg_version = str(pg_conn.execute("SHOW server_version").fetchone()[0]) if pg_conn else None
@@ -247,6 +267,12 @@ def run(
             started = time.perf_counter()
             results += bench_scale.scale(pg_server, pg_durability, mode_name)
             _stage("scale", started)
+        if only == "lean":
+            started = time.perf_counter()
+            found, lean = bench_lean.lean(mode_name, work, pg_server, pg_durability, baseline)
+            results += found
+            notes += lean["notes"]
+            _stage("lean", started)
         if only == "access":
             results += bench_scenarios.access_tracking(work, pg_url, pg_durability, mode.loads, mode.warmup)
         elif only in (None, "queue"):
@@ -254,6 +280,8 @@ def run(
     dispose_engines()
     meta = _meta(mode_name, mode, pg_server, pg_version, only is None)
     meta["notes"] += notes
+    if lean:
+        meta["lean"] = lean  # main() moves it to results.json's own "lean" key
     return results, meta
 
 
@@ -285,14 +313,26 @@ def _is_large(scenario: str) -> bool:
     return scenario.startswith(bench_large.SCENARIO_PREFIX)
 
 
+def _is_lean(scenario: str) -> bool:
+    return scenario.startswith(bench_lean.SCENARIO_PREFIX)
+
+
 def _region(scenario: str) -> str:
     """Which generated region of docs/performance.md a scenario (or a ratio's subject) belongs to."""
+    if _is_lean(scenario):
+        return "lean"
     return "queue" if _is_queue(scenario) else "large" if _is_large(scenario) else "main"
 
 
-def _blocks(meta: dict[str, Any], title: str, results: list[Result], rows: list[dict[str, Any]]) -> list[str]:
-    """The generated text: the main region's, the queue region's, the large-scope region's (each
-    empty if nothing ran)."""
+def _blocks(
+    meta: dict[str, Any],
+    title: str,
+    results: list[Result],
+    rows: list[dict[str, Any]],
+    lean: dict[str, Any],
+) -> list[str]:
+    """The generated text: the main region's, the queue region's, the large-scope region's, the
+    lean region's (each empty if nothing ran; ``lean``: the lean run's trees and profiles)."""
     header = (
         f"_{title}; wall time {meta['wall_seconds']} s; load average {meta['load_average']} at the start; "
         f"Python {meta['python']}, SQLite {meta['sqlite']}, "
@@ -300,9 +340,12 @@ def _blocks(meta: dict[str, Any], title: str, results: list[Result], rows: list[
     )
     notes = "\n".join(f"- {note}" for note in meta["notes"])
     parts = []
-    for region in ("main", "queue", "large"):
+    for region in ("main", "queue", "large", "lean"):
         ran = [r for r in results if _region(r.scenario) == region]
         ratios = [row for row in rows if _region(row["subject"]) == region]
+        if region == "lean":
+            parts.append((header, *bench_lean_report.lean_parts(ran, ratios, lean), notes) if ran else ())
+            continue
         table = {"queue": bench_report.queue_table, "large": bench_large_report.large_table}.get(
             region, bench_report.results_table
         )
@@ -322,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     load_average = ", ".join(f"{value:.1f}" for value in os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="memstore-bench-", dir=args.work_dir) as work:
-        results, meta = run(mode_name, Path(work), pg_server, args.only)
+        results, meta = run(mode_name, Path(work), pg_server, args.only, args.baseline)
+    lean = meta.pop("lean", {})
     meta["wall_seconds"] = round(time.perf_counter() - started, 1)
     meta["load_average"] = load_average
     rows = bench_report.verdicts(results)
@@ -338,12 +382,15 @@ def main(argv: list[str] | None = None) -> int:
             "sessions": _is_sessions,
             "async": _is_async,
             "scale": _is_scale,
+            "lean": _is_lean,
         }[args.only]
         bench_report.merge_json(out / "results.json", meta, results, rows, replaces)
+        if lean:
+            bench_lean.write_summary(out / "results.json", lean, rows)
     else:
         bench_report.write_json(out / "results.json", meta, results, rows)
         bench_report.write_chart(out / "chart.png", results, title)
-    blocks = _blocks(meta, title, results, rows)
+    blocks = _blocks(meta, title, results, rows, lean)
     print("\n" + "\n\n".join(block for block in blocks if block))
     print(f"\nwrote {out / 'results.json'}" + ("" if args.only else f" and {out / 'chart.png'}"))
     if args.only == "scale":
@@ -351,7 +398,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_docs and args.only in ("access", "tenancy", "sessions", "async", "scale"):
         print(f"not writing docs/performance.md: a {args.only}-only run would replace the main table")
     elif args.write_docs:
-        regions = (bench_report.DOCS_MARKERS, bench_report.QUEUE_MARKERS, bench_report.LARGE_MARKERS)
+        regions = (
+            bench_report.DOCS_MARKERS,
+            bench_report.QUEUE_MARKERS,
+            bench_report.LARGE_MARKERS,
+            bench_lean_report.MARKERS,
+        )
         for block, markers in zip(blocks, regions, strict=True):
             if block:
                 bench_report.write_docs(ROOT / "docs" / "performance.md", block, markers)

@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import bench_async
 import bench_large_report
+import bench_lean_report
 import bench_sessions
 import matplotlib.pyplot as plt  # the backend is chosen above, before pyplot loads
 from bench_core import Result
@@ -260,6 +261,7 @@ TARGETS += _search_targets()
 TARGETS += tuple(Target(**fields) for fields in bench_large_report.target_fields())
 TARGETS += tuple(Target(**fields) for fields in bench_sessions.target_fields())
 TARGETS += tuple(Target(**fields) for fields in bench_async.target_fields())
+TARGETS += tuple(Target(**fields) for fields in bench_lean_report.target_fields())
 
 
 def _value(result: Result, target: Target) -> float:

@@ -126,6 +126,24 @@ PG_TARGETS = {
     *_async_targets("postgresql"),
 }
 REDIS_TARGETS = {f"{scenario}_redis_vs_sqlite" for scenario in SESSION_SCENARIOS}
+TREES = {"baseline", "current"}
+LEAN_VARIANTS = {
+    "lean_queue_sqlite_1w": TREES,
+    "lean_load_cold_100": TREES | {"langgraph_sqlite"},
+    "lean_save_add1_10": TREES | {"langgraph_sqlite"},
+    "lean_save_add1_500": TREES | {"langgraph_sqlite"},
+    "lean_cli_version": TREES,
+    "lean_cli_help": TREES,
+    "lean_lifecycle_dry_run": TREES,
+    "lean_lifecycle_dry_run_json": TREES,
+}
+LEAN_PG_VARIANTS = {
+    "lean_queue_postgresql_1w": TREES,
+    "lean_queue_postgresql_8w": TREES,
+    "lean_load_cold_100_pg": TREES | {"psycopg_select1"},
+}
+LEAN_PROFILES = {"queue_sqlite", "load_sqlite", "save_10", "cli_version", "lifecycle"}
+"""A smoke run profiles one figure of each kind, whatever the verdicts."""
 
 
 def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> None:
@@ -218,6 +236,60 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
     assert {row["target"] for row in merged["ratios"]} == targets
     assert "load_warm_100" not in rerun.stdout and "| 200ms | sqlite_1w | 1 |" in rerun.stdout
     assert (tmp_path / "chart.png").read_bytes() == chart
+
+
+def test_lean_smoke_run_measures_both_trees_side_by_side(tmp_path: Path) -> None:
+    """``--only lean --smoke``: both trees (the checkout twice, no git archive) through every figure,
+    each row with its verdicts, the profiles, and ``results.json``'s ``lean`` key."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMSTORE_")}
+    pg_server = os.environ.get("MEMSTORE_TEST_PG_URL")
+    if pg_server:
+        env["MEMSTORE_BENCH_PG_URL"] = pg_server
+    published = {path: path.read_bytes() for path in PUBLISHED}
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench.py"),
+            "--smoke",
+            "--only",
+            "lean",
+            "--out",
+            str(tmp_path),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert {path: path.read_bytes() for path in PUBLISHED} == published
+    payload = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    expected = LEAN_VARIANTS | (LEAN_PG_VARIANTS if pg_server else {})
+    seen: dict[str, set[str]] = {}
+    for row in payload["results"]:
+        seen.setdefault(row["scenario"], set()).add(row["variant"])
+        assert row["p95_ms"] >= row["median_ms"] > 0
+        if row["scenario"].startswith("lean_queue_"):
+            assert row["statements_per_conversation"] > 0 and row["write_transactions_per_conversation"] >= 1
+            assert row["throughput_per_s"] > 0 and row["conversations"] >= row["workers"]
+            assert ("overhead_ms" in row) == (row["workers"] == 1)
+    assert seen == expected
+    lean = payload["lean"]
+    assert set(lean["trees"]) == TREES and "smoke" in lean["trees"]["baseline"]
+    assert set(lean["profiles"]) == LEAN_PROFILES and all(lean["profiles"].values())
+    verdicts = {row["target"]: row["verdict"] for row in lean["figures"]}
+    assert verdicts == {row["target"]: row["verdict"] for row in payload["ratios"]}
+    for tree in TREES:
+        assert verdicts[f"lean_cold_vs_langgraph_{tree}"] in {"met", "missed"}
+        assert verdicts[f"lean_queue_write_tx_sqlite_1w_{tree}"] in {"met", "missed"}
+        assert verdicts[f"lean_lifecycle_json_{tree}"] in {"met", "missed"}
+    assert ("lean_queue_postgresql_1w_vs_baseline" in verdicts) == bool(pg_server)
+    assert "| figure | baseline | current | goal | verdict (baseline → current) |" in result.stdout
+    assert "| `memstore --version`, fresh interpreter |" in result.stdout
+    if not pg_server:
+        assert "PostgreSQL scenarios skipped" in result.stdout
 
 
 def _check_async_row(row: dict[str, Any]) -> None:
