@@ -17,6 +17,7 @@ shift
 POOLED_SUITES=(
   tests/integration/test_storage_contract.py tests/integration/test_session_store_contract.py
   tests/integration/test_face_contract.py tests/integration/test_database_queue.py
+  tests/integration/test_queue_round_trips.py
   tests/reliability/test_durable_queue.py tests/reliability/test_queue_poison.py
   tests/reliability/test_queue_tenants.py tests/reliability/test_queue_scopes.py
   tests/reliability/test_isolation.py tests/integration/test_row_level_security.py

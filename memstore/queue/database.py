@@ -52,7 +52,6 @@ from memstore.queue.workers import (
     write_transaction_options,
 )
 from memstore.storage.sql.engine import describe_db_error, engine_for, get_engine, mask_url
-from memstore.storage.sql.queue import claims as queue_claims
 from memstore.storage.sql.queue import table as queue_table
 from memstore.storage.sql.queue.table import QueuedConversation, ScopeClaim
 from memstore.storage.sql.schema.migrate import prepare_once
@@ -191,9 +190,11 @@ class DatabaseUpdateQueue(UpdateQueue):
         if self._flush_updater is None:
             self._flush_updater = self._updater_factory()
         tried: list[int] = []
+        waiting = False
         while True:
             try:
-                claim = self._claim(config, force=True, only_owner=self.owner, exclude=tried)
+                claim = self._claim(config, force=True, only_owner=self.owner, exclude=tried, idle=waiting)
+                waiting = claim is None
                 if claim is None:
                     with self._operator.connect() as conn:
                         if not queue_table.unsettled(conn, owner=self.owner, exclude=tried):
@@ -337,28 +338,17 @@ class DatabaseUpdateQueue(UpdateQueue):
         force: bool = False,
         only_owner: str | None = None,
         exclude: Sequence[int] = (),
+        idle: bool = False,
     ) -> ScopeClaim | None:
         self._prepare()
-        now = utcnow()
-        with self._operator.connect() as conn:
-            if not queue_claims.has_claimable(conn, now, force=force, owner=only_owner, exclude=exclude):
-                return None
-        with self._operator.connect() as conn:
-            conn.execution_options(**write_transaction_options(config))
-            with conn.begin():
-                return queue_claims.claim(
-                    conn,
-                    owner=self.owner,
-                    now=now,
-                    lease_seconds=config.queue_lease_seconds,
-                    force=force,
-                    only_owner=only_owner,
-                    exclude=exclude,
-                )
+        return self._runner.claim(
+            config, self.owner, force=force, only_owner=only_owner, exclude=exclude, idle=idle
+        )
 
     def _work(self) -> None:
         updater: LeasedUpdater | None = None
         failures = 0
+        idle = True
         while not self._stopping.is_set():
             config = get_memory_config()
             if updater is None:
@@ -375,7 +365,7 @@ class DatabaseUpdateQueue(UpdateQueue):
                     continue
             try:
                 self._runner.pause.wait(self._stopping)  # the endpoint asked for time (Retry-After)
-                claim = self._claim(config)
+                claim = self._claim(config, idle=idle)
                 failures = 0
             except (SQLAlchemyError, MemstoreError) as exc:
                 failures += 1
@@ -389,9 +379,10 @@ class DatabaseUpdateQueue(UpdateQueue):
                 continue
             if claim is None:
                 with self._wake:
-                    if not self._stopping.is_set():
-                        self._wake.wait(config.queue_poll_seconds)
+                    # Woken (a turn queued now in this process): claim without looking first.
+                    idle = self._stopping.is_set() or not self._wake.wait(config.queue_poll_seconds)
                 continue
+            idle = False  # a backlog: the next claim needs no look first either
             try:
                 self._runner.run(claim, updater)
             except Exception as exc:  # never let one claim end the worker thread

@@ -6,7 +6,8 @@ every claim this process holds, so a long LLM call keeps its lease while a dead 
 leases expire after ``queue_lease_seconds``.
 
 How a conversation ends, by what the updater did:
-- saved, or nothing to learn: done (the save already completed the row in its transaction);
+- saved, or nothing to learn: done (the save already completed the row in its transaction, and
+  for the claim's last row gave the claim back there too);
 - ``StaleDocumentError`` (the scope was erased or cleared after the capture): the row is deleted;
 - ``LeaseLostError``: nothing, the row is another worker's now;
 - an outage or a transient endpoint error: pending again after a jittered exponential backoff
@@ -23,8 +24,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Protocol
 
 from sqlalchemy import Engine
@@ -166,12 +168,9 @@ class LeaseKeeper:
             logger.warning("memory queue heartbeat failed (leases expire unless it recovers): %s", exc)
             return
         with self._lock:
-            for token in set(tokens) - alive:
-                if token in self._held:
-                    self._lost.add(token)
-                    logger.warning(
-                        "memory queue claim %s was taken over; its remaining rows are not run", token
-                    )
+            # A claim its last settle gave back is "lost" too until the runner drops it: the
+            # runner says so only when rows were left unrun.
+            self._lost.update(token for token in set(tokens) - alive if token in self._held)
 
 
 class ClaimRunner:
@@ -185,24 +184,77 @@ class ClaimRunner:
         stopping: threading.Event,
     ) -> None:
         self._engine = engine
+        # A PostgreSQL claim is one statement: on its own, it is its own transaction.
+        self._claimer = (
+            engine.execution_options(isolation_level="AUTOCOMMIT")
+            if engine.dialect.name == "postgresql"
+            else None
+        )
         self._keeper = keeper
         self._count = count
         self._stopping = stopping
         self.pause = EndpointPause()
 
+    def claim(
+        self,
+        config: MemoryConfig,
+        owner: str,
+        *,
+        force: bool,
+        only_owner: str | None,
+        exclude: Sequence[int],
+        idle: bool,
+    ) -> ScopeClaim | None:
+        """Claim a scope in one write transaction: on PostgreSQL a single statement; on SQLite a
+        ``BEGIN IMMEDIATE`` transaction, which an ``idle`` worker (its last look found nothing and
+        nobody woke it) first checks with a read is worth taking the write lock for."""
+        now = utcnow()
+        claim = partial(
+            queue_claims.claim,
+            owner=owner,
+            now=now,
+            lease_seconds=config.queue_lease_seconds,
+            force=force,
+            only_owner=only_owner,
+            exclude=exclude,
+        )
+        if self._claimer is not None:
+            with self._claimer.connect() as conn:
+                return claim(conn)
+        if idle:
+            with self._engine.connect() as conn:
+                if not queue_claims.has_claimable(conn, now, force=force, owner=only_owner, exclude=exclude):
+                    return None
+        with self._engine.connect() as conn:
+            conn.execution_options(**write_transaction_options(config))
+            with conn.begin():
+                return claim(conn)
+
     def run(self, claim: ScopeClaim, updater: LeasedUpdater) -> None:
+        """Run the claim's conversations. The last one's settle (its save, usually) gives the
+        claim back in its own transaction when every row before it was settled; otherwise, and
+        whenever the run stops early, a release of its own does."""
         self._keeper.hold(claim.token)
+        released = False
         try:
-            for lease, reason in claim.undecodable:
-                self._kill_undecodable(lease, reason)
-            for leased in claim.conversations:
-                # Paused by a Retry-After: give the rest back rather than hold the scope meanwhile.
-                if self._stopping.is_set() or self._keeper.lost(claim.token) or self.pause.active():
+            settled = all([self._kill_undecodable(lease, reason) for lease, reason in claim.undecodable])
+            for index, leased in enumerate(claim.conversations):
+                if self._keeper.lost(claim.token):
+                    logger.warning(
+                        "memory queue claim %s was taken over; its remaining rows are not run", claim.token
+                    )
                     break
-                self._run_one(leased, updater)
+                # Paused by a Retry-After: give the rest back rather than hold the scope meanwhile.
+                if self._stopping.is_set() or self.pause.active():
+                    break
+                last = index == len(claim.conversations) - 1
+                leased.lease.releases_claim = last and settled
+                settled = self._run_one(leased, updater) and settled
+                released = last and settled
         finally:
             self._keeper.drop(claim.token)
-            self.release(claim.token)
+            if not released:
+                self.release(claim.token)
 
     def release(self, token: str) -> int:
         """Give the claim back, with any row it did not get to; logged, never raised."""
@@ -215,12 +267,12 @@ class ClaimRunner:
             logger.warning("could not release memory queue claim %s (it expires on its own): %s", token, exc)
             return 0
 
-    def _kill_undecodable(self, lease: QueueLease, reason: str) -> None:
+    def _kill_undecodable(self, lease: QueueLease, reason: str) -> bool:
         """A row that holds no conversation goes to ``dead`` at once, in its own transaction: retried,
-        it would fail the same way on every claim."""
+        it would fail the same way on every claim. ``True`` once that transaction committed."""
         self._count("dead")
         logger.error("queued conversation %d cannot be decoded and is dead: %s", lease.row_id, reason)
-        self._settle(
+        return self._settle(
             lease,
             lambda conn, now: queue_table.reschedule(
                 conn,
@@ -233,7 +285,9 @@ class ClaimRunner:
             ),
         )
 
-    def _run_one(self, leased: LeasedConversation, updater: LeasedUpdater) -> None:
+    def _run_one(self, leased: LeasedConversation, updater: LeasedUpdater) -> bool:
+        """Run one conversation; ``True`` once a committed write settled its row (its save, or a
+        settle here), with the claim given back too when the lease says so."""
         item = leased.conversation
         try:
             context = ConversationContext(
@@ -248,33 +302,31 @@ class ClaimRunner:
                 kind=item.kind,
             )
         except InvalidScopeError as exc:  # a row an older version or a DBA wrote
-            self._kill_undecodable(leased.lease, str(exc))
-            return
+            return self._kill_undecodable(leased.lease, str(exc))
         config = get_memory_config()
         try:
             updated = updater.process(context, leased.lease)
         except LeaseLostError as exc:
             self._count("taken_over")
             logger.info("queued conversation %d not saved: %s", leased.lease.row_id, exc)
-            return
+            return False
         except StaleDocumentError:
             self._count("skipped")  # the store logged why; the conversation is dropped with its row
-            self._settle(
+            return self._settle(
                 leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now, forget=True)
             )
-            return
         except (StorageUnavailableError, LLMUnavailableError) as exc:
             retry_after = exc.retry_after if isinstance(exc, LLMUnavailableError) else None
             if retry_after:
                 self.pause.pause(retry_after)
-            self._retry(leased, config, exc, permanent=False, retry_after=retry_after)
-            return
+            return self._retry(leased, config, exc, permanent=False, retry_after=retry_after)
         except Exception as exc:
-            self._retry(leased, config, exc, permanent=True)
-            return
+            return self._retry(leased, config, exc, permanent=True)
         self._count("updated" if updated else "skipped")
-        if not leased.lease.settled:  # nothing was saved (nothing to learn), so nothing settled it
-            self._settle(leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now))
+        if leased.lease.settled:  # the save completed the row in its committed transaction
+            return True
+        # Nothing was saved (nothing to learn), so nothing settled it.
+        return self._settle(leased.lease, lambda conn, now: queue_table.complete(conn, leased.lease, now=now))
 
     def _retry(
         self,
@@ -284,7 +336,7 @@ class ClaimRunner:
         *,
         permanent: bool,
         retry_after: float | None = None,
-    ) -> None:
+    ) -> bool:
         error = f"{type(exc).__name__}: {exc}"
         dead = permanent and leased.failures + 1 >= config.update_max_attempts
         delay = jittered_delay(leased.attempts, config, retry_after)
@@ -307,7 +359,7 @@ class ClaimRunner:
                 delay,
                 describe_failure(exc),
             )
-        self._settle(
+        return self._settle(
             leased.lease,
             lambda conn, now: queue_table.reschedule(
                 conn,
@@ -320,7 +372,9 @@ class ClaimRunner:
             ),
         )
 
-    def _settle(self, lease: QueueLease, write: Callable[..., bool]) -> None:
+    def _settle(self, lease: QueueLease, write: Callable[..., bool]) -> bool:
+        """``write`` in a transaction of its own; ``True`` once it committed (whether or not the
+        row was still this lease's: either way nothing of it is left for a release)."""
         try:
             with self._engine.connect() as conn:
                 conn.execution_options(**write_transaction_options(get_memory_config()))
@@ -333,3 +387,5 @@ class ClaimRunner:
                 lease.row_id,
                 describe_db_error(exc),
             )
+            return False
+        return True

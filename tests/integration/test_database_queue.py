@@ -185,6 +185,47 @@ def test_a_taken_over_worker_cannot_commit_and_the_update_lands_once(
     assert history == 1
 
 
+def test_a_worker_whose_claim_was_taken_over_settles_no_row_of_the_scope(
+    configured: MemoryConfig, engine: Engine
+) -> None:
+    queue = get_memory_queue()
+    queue.add_nowait("t1", _turn("I prefer green tea."), user_id="alice")
+    queue.add_nowait("t2", _turn("I prefer jazz."), user_id="alice")
+    now = datetime.now(UTC) + timedelta(seconds=1)
+    stale = _claim(engine, "A", now, lease=1.0)
+    assert stale is not None and len(stale.conversations) == 2
+    first, second = stale.conversations
+    with engine.connect() as conn:  # the next claim takes the scope but leaves t2's row alone
+        conn.execution_options(**queue_table.write_options(5000))
+        with conn.begin():
+            fresh = queue_claims.claim(
+                conn,
+                owner="B",
+                now=now + timedelta(seconds=2),
+                lease_seconds=30.0,
+                exclude=[second.lease.row_id],
+            )
+    assert fresh is not None and [c.lease.row_id for c in fresh.conversations] == [first.lease.row_id]
+    context = ConversationContext("t2", second.conversation.messages, None, "alice")
+
+    with pytest.raises(LeaseLostError):
+        MemoryUpdater().process(context, second.lease)
+    with engine.begin() as conn:
+        retried = queue_table.reschedule(
+            conn,
+            second.lease,
+            now=datetime.now(UTC),
+            due_at=datetime.now(UTC),
+            error="x",
+            permanent=True,
+            dead=True,
+        )
+    assert not retried, "the claim is B's now: A settles nothing in its scope"
+    assert _facts("alice") == []
+    states = {row.thread_id: (row.state, row.lease_owner) for row in _rows(engine)}
+    assert states["t1"] == ("leased", "B") and states["t2"][0] != "dead"
+
+
 def test_a_turn_arriving_while_leased_runs_after_the_running_generation(
     configured: MemoryConfig, engine: Engine
 ) -> None:

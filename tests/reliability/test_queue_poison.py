@@ -357,7 +357,7 @@ def test_flush_binds_as_many_parameters_for_its_last_claim_as_for_its_first(
     bound: list[int] = []
 
     def count(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if "memory_queue_claims" in statement and statement.lstrip().upper().startswith("SELECT"):
+        if "memory_queue_claims" in statement and "candidate" in statement:  # a claim's statement
             bound.append(len(parameters))
 
     engine = get_engine(sql_url)

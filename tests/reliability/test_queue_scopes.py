@@ -2,9 +2,9 @@
 
 200 conversations over 20 scopes (10 users, each with and without an agent), queued by both
 processes at once, so every scope has conversations from both. Each process logs every
-update's interval on the machine's monotonic clock; two intervals of one scope must never
-overlap. Afterwards every fact is present, each conversation was applied once, and nothing
-ran again once done.
+update's interval on the machine's monotonic clock, up to its save's commit (which also gives
+the scope's claim back); two intervals of one scope must never overlap. Afterwards every fact
+is present, each conversation was applied once, and nothing ran again once done.
 """
 
 from __future__ import annotations

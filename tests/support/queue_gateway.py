@@ -7,7 +7,9 @@ between them, and a directory for the log of every update this process runs.
 
 The updater is the real ``MemoryUpdater``, wrapped only to append one JSON line per call to
 ``<log_dir>/<pid>.jsonl``: scope, thread, monotonic start and end (one clock for every process
-on the machine), and the outcome. The process prints ``queued N`` once its conversations are
+on the machine), and the outcome. A saved update ends when its save commits: that transaction
+also gives the scope's claim back, so another worker may start the scope while this ``process``
+is still returning. The process prints ``queued N`` once its conversations are
 written, then runs until SIGTERM (a clean shutdown, exit 0) or until it is killed.
 """
 
@@ -23,9 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import event
+
 from memstore.capture.conversation import ConversationContext
 from memstore.config import MemoryConfig, set_memory_config
 from memstore.queue.database import DatabaseUpdateQueue
+from memstore.storage.sql.engine import get_engine
 from memstore.storage.sql.queue.table import QueueLease
 from memstore.update.updater import MemoryUpdater
 
@@ -47,6 +52,14 @@ class UpdateRecord:
         return (self.user_id, self.agent_name)
 
 
+_commits = threading.local()
+"""The monotonic time of this thread's latest commit on the queue's database."""
+
+
+def _committing(_conn: Any) -> None:
+    _commits.at = time.monotonic()
+
+
 class LoggingUpdater:
     """``MemoryUpdater.process`` with each call's interval appended to a log file."""
 
@@ -56,6 +69,7 @@ class LoggingUpdater:
 
     def process(self, context: ConversationContext, lease: QueueLease | None = None) -> bool:
         start = time.monotonic()
+        _commits.at = None
         outcome = "error"
         try:
             saved = self._inner.process(context, lease)
@@ -70,7 +84,7 @@ class LoggingUpdater:
                 "agent_name": context.agent_name,
                 "thread_id": context.thread_id,
                 "start": start,
-                "end": time.monotonic(),
+                "end": (_commits.at if outcome == "saved" else None) or time.monotonic(),
                 "pid": os.getpid(),
                 "outcome": outcome,
             }
@@ -90,6 +104,7 @@ def read_records(log_dir: Path) -> list[UpdateRecord]:
 def main(spec_path: str) -> None:
     spec: dict[str, Any] = json.loads(Path(spec_path).read_text(encoding="utf-8"))
     set_memory_config(MemoryConfig(**spec["config"]))
+    event.listen(get_engine(spec["config"]["database_url"]), "commit", _committing)
     log = Path(spec["log_dir"]) / f"{os.getpid()}.jsonl"
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())

@@ -5,28 +5,25 @@ enqueueing again replaces its messages and bumps its ``generation``. Claiming is
 A row is written under its own identity (tenant and user: PostgreSQL's policies refuse a row
 forged for another), and settled by id and token within its tenant.
 
-Settling a row checks its token: a worker whose lease expired and was taken over matches no
-row, so it cannot complete, retry or kill what another worker now owns. The save that applies
-a conversation completes its row in the same transaction (``complete``), which is what makes a
-conversation claimed twice land once. Times are the workers' UTC clocks: replicas must keep
-them in sync (NTP) to well within a lease.
+Settling a row checks its token and its scope's claim (``fence.py``): a worker whose lease
+expired and was taken over matches no row, so it cannot complete, retry or kill what another
+worker now owns, nor any other row of the scope. The save that applies a conversation completes
+its row in the same transaction (``complete``), which is what makes a conversation claimed twice
+land once; the settle of a claim's last row also gives the claim back there. Times are the
+workers' UTC clocks: replicas must keep them in sync (NTP) to well within a lease.
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Connection,
-    all_,
     and_,
-    bindparam,
     case,
     delete,
     func,
@@ -41,12 +38,18 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from memstore.scope import DEFAULT_TENANT_ID
 from memstore.storage.sql.engine import SQLITE_BUSY_TIMEOUT_OPTION, SQLITE_WRITE_OPTION
+from memstore.storage.sql.queue.claim_sql import excluded_ids, not_excluded
+from memstore.storage.sql.queue.fence import (
+    RELEASED_AGO,
+    completions,
+    leased_row,
+    release_claim,
+    settle_parameters,
+    unleased,
+)
 from memstore.storage.sql.queue.limits import NO_ID, QueueLimits, check_bounds, stored_message_chars
 from memstore.storage.sql.schema.models import claims_table as _claims
 from memstore.storage.sql.schema.models import queue_table as _queue
-
-RELEASED_AGO = timedelta(seconds=1)
-"""A released claim's lease ends this long before the release, so it is expired at once."""
 
 
 @dataclass
@@ -60,6 +63,14 @@ class QueueLease:
     """Set by a save that completed the row in its own transaction: no further write is needed."""
     tenant_id: str = DEFAULT_TENANT_ID
     """The row's tenant: settling matches it too, so a lease never reaches another tenant's row."""
+    user_id: str = NO_ID
+    """The scope's user and agent as the queue stores them (``''`` for none): a settle finds the
+    scope's claim by its primary key."""
+    agent_name: str = NO_ID
+    releases_claim: bool = False
+    """Set by the runner on a claim's last row once every earlier row is settled: the settle of
+    this row (the save's transaction, or the runner's own) gives the claim back in the same
+    transaction, so a conversation costs no separate release."""
 
 
 @dataclass(frozen=True)
@@ -223,40 +234,16 @@ def complete(conn: Connection, lease: QueueLease, *, now: datetime, forget: bool
 
     A done row keeps no messages: the conversation's text is not kept past its processing. With
     ``forget`` (its save was refused because the scope was erased or cleared), the row is
-    deleted instead, so an erased user's id does not linger in the queue either.
+    deleted instead, so an erased user's id does not linger in the queue either. The claim's
+    last row gives the claim back first (``fence.py``).
     """
-    mine = _leased(lease)
-    this_generation = and_(mine, _queue.c.generation == lease.generation)
-    if forget:
-        done = conn.execute(delete(_queue).where(this_generation)).rowcount
-    else:
-        done = conn.execute(
-            update(_queue)
-            .where(this_generation)
-            .values(
-                state="done",
-                messages=[],
-                message_chars=0,
-                completed_at=now,
-                last_error=None,
-                failures=0,
-                not_before=None,
-                **unleased(now),
-            )
-        ).rowcount
-    if done:
+    values = settle_parameters(lease, now)
+    if lease.releases_claim and not release_claim(conn, values):
+        return False
+    done, newer = completions(conn.dialect.name, not lease.releases_claim, forget)
+    if conn.execute(done, values).rowcount:
         return True
-    newer = conn.execute(update(_queue).where(mine).values(state="pending", attempts=0, **unleased(now)))
-    return bool(newer.rowcount)
-
-
-def _leased(lease: QueueLease) -> ColumnElement[bool]:
-    return and_(
-        _queue.c.id == lease.row_id,
-        _queue.c.tenant_id == lease.tenant_id,
-        _queue.c.lease_token == lease.token,
-        _queue.c.state == "leased",
-    )
+    return bool(conn.execute(newer, values).rowcount)
 
 
 def reschedule(
@@ -275,21 +262,27 @@ def reschedule(
     ``failures``. A row that got a newer generation meanwhile is never killed: the new turn gets
     its chance.
     """
-    mine = _leased(lease)
+    parameters = settle_parameters(lease, now)
+    if lease.releases_claim and not release_claim(conn, parameters):
+        return False
+    mine = leased_row(conn.dialect.name, not lease.releases_claim)
     same = _queue.c.generation == lease.generation
     values: dict[str, Any] = {"last_error": error[:4000], **unleased(now)}
     if permanent:
         values["failures"] = _queue.c.failures + 1
     if dead:
-        if conn.execute(update(_queue).where(mine, same).values(state="dead", **values)).rowcount:
+        killed = update(_queue).where(mine, same).values(state="dead", **values)
+        if conn.execute(killed, parameters).rowcount:
             return True
         values["failures"] = 0
-        return bool(conn.execute(update(_queue).where(mine).values(state="pending", **values)).rowcount)
+        return bool(
+            conn.execute(update(_queue).where(mine).values(state="pending", **values), parameters).rowcount
+        )
     later = _greatest(conn)(_queue.c.due_at, due_at)
     # ``not_before`` holds the backoff against new turns (a stream of turns must not turn a
     # failing conversation into a tight retry loop, nor cut a Retry-After short).
-    retry = {"due_at": later, "not_before": due_at}
-    return bool(conn.execute(update(_queue).where(mine).values(state="pending", **retry, **values)).rowcount)
+    retry = update(_queue).where(mine).values(state="pending", due_at=later, not_before=due_at, **values)
+    return bool(conn.execute(retry, parameters).rowcount)
 
 
 def release(conn: Connection, token: str, *, now: datetime) -> int:
@@ -327,10 +320,6 @@ def release(conn: Connection, token: str, *, now: datetime) -> int:
     return int(released)
 
 
-def unleased(now: datetime) -> dict[str, Any]:
-    return {"lease_owner": None, "lease_token": None, "lease_expires_at": None, "updated_at": now}
-
-
 def clear_pending(conn: Connection, *, owner: str) -> int:
     """Delete ``owner``'s pending rows (``clear``); leased rows are running and stay."""
     return int(
@@ -351,23 +340,13 @@ def make_due(conn: Connection, *, owner: str, now: datetime) -> int:
     )
 
 
-def not_among(conn: Connection, column: Any, ids: Sequence[int]) -> Any:
-    """``column NOT IN ids`` with the ids bound as one parameter (an array, or JSON on SQLite).
-
-    ``flush`` excludes every row it has run, so a plain ``NOT IN`` bound one parameter per id:
-    the k-th claim of a flush coerced k parameters, quadratic in the flush's size.
-    """
-    if conn.dialect.name == "postgresql":
-        return column != all_(bindparam(None, list(ids), type_=postgresql.ARRAY(BigInteger)))
-    listed = func.json_each(bindparam(None, json.dumps(list(ids)))).table_valued("value")
-    return column.not_in(select(listed.c.value).scalar_subquery())
-
-
 def unsettled(conn: Connection, *, owner: str | None = None, exclude: Sequence[int] = ()) -> int:
     """Conversations pending or leased (of ``owner``, or of every process), but ``exclude``."""
+    dialect = conn.dialect.name
     condition: ColumnElement[bool] = _queue.c.state.in_(("pending", "leased"))
     if owner is not None:
         condition = and_(condition, _queue.c.enqueued_by == owner)
     if exclude:
-        condition = and_(condition, not_among(conn, _queue.c.id, exclude))
-    return int(conn.execute(select(func.count()).select_from(_queue).where(condition)).scalar_one())
+        condition = and_(condition, not_excluded(dialect, _queue.c.id))
+    counted = select(func.count()).select_from(_queue).where(condition)
+    return int(conn.execute(counted, {"b_exclude": excluded_ids(dialect, exclude)}).scalar_one())
