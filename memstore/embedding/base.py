@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
+
 
 MAX_EMBED_CHARS = 8000
 """Longer texts are cut to this many characters before embedding (a fact is capped well below it;

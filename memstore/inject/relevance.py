@@ -34,14 +34,15 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from memstore.config import MemoryConfig
 from memstore.document import coerce_confidence, parse_timestamp
 from memstore.retention import Candidate, FactSignals, RetentionPolicy, candidate_of
 from memstore.storage.search_text import query_terms, text_terms
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_QUERY_CHARS = 2000
 """Only the start of a longer query is ranked against (a pasted document is not a question)."""
@@ -232,6 +233,8 @@ def _vector_scores(
     facts: Sequence[Mapping[Any, Any]], query_vector: np.ndarray, vectors: Mapping[str, np.ndarray]
 ) -> tuple[list[int], np.ndarray]:
     """The indices of the facts with a comparable vector, and their similarities to the query."""
+    import numpy as np
+
     shape = query_vector.shape
     rows: list[np.ndarray] = []
     with_vector: list[int] = []
@@ -252,6 +255,8 @@ def _vector_scores(
 def _fuse_into(fused: np.ndarray, weight: float, values: np.ndarray, k: int) -> None:
     """``fuse_rankings`` for one ranking of ``values`` (NaN: unranked) into ``fused``, vectorised:
     the same ranks as ``ranked_order`` (a stable sort, ties in input order), the same sums."""
+    import numpy as np
+
     if weight <= 0:
         return
     present = np.flatnonzero(~np.isnan(values))
@@ -285,6 +290,8 @@ def query_relevance(semantic: np.ndarray, lexical: np.ndarray, weights: Relevanc
     0.71 for semantic alone); scores keep how far apart the candidates are
     (docs/performance.md#retrieval-over-long-conversations-issue-39).
     """
+    import numpy as np
+
     fused = np.zeros(len(semantic))
     if weights.fusion == "rrf":
         _fuse_into(fused, weights.semantic, semantic, weights.k)
@@ -315,6 +322,8 @@ def fused_scores(
 
     ``signals`` (by fact id) feed the decay ranking; without them a fact decays from its
     ``createdAt`` alone."""
+    import numpy as np
+
     texts = [fact.get("content") if isinstance(fact.get("content"), str) else "" for fact in facts]
     semantic = np.full(len(facts), np.nan)
     with_vector, values = _vector_scores(facts, query_vector, vectors)

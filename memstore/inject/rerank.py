@@ -27,14 +27,15 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
-import httpx2
+from typing import TYPE_CHECKING, Any
 
 from memstore.async_face import await_on_loop, bounded_here, loop_resource, running_loop
 from memstore.config import MemoryConfig
 from memstore.inject.relevance import MAX_QUERY_CHARS
 from memstore.inject.rerank_llm import RerankReplyError, completed, llm_order
+
+if TYPE_CHECKING:
+    import httpx2
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +136,8 @@ def _endpoint_order(query: str, texts: list[str], config: MemoryConfig, timeout:
 async def _posted(url: str, data: bytes, headers: dict[str, str], timeout: float) -> bytes:
     """The async face's POST: the reply's first ``MAX_REPLY_BYTES + 1`` bytes; an error status
     raises, as ``urlopen`` does."""
+    import httpx2  # only the async face's endpoint reranker needs it
+
     raw = b""
     client = loop_resource("rerank-endpoint", httpx2.AsyncClient, _close_http)  # one per loop: its pool
     async with client.stream("POST", url, content=data, headers=headers, timeout=timeout) as response:

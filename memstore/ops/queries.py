@@ -17,8 +17,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.document import MAX_FACT_CHARS
@@ -59,6 +58,9 @@ from memstore.storage.sessions.loader import get_session_store, session_backend
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.vectors import VectorStore, semantic_parts
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def operations_of(
@@ -185,6 +187,8 @@ def _fused_page(
     reordered (``inject.rerank``; a failure keeps the fused order), so a reranked fact's ``rank``
     may be lower than the one after it. The page's ``total`` is the pool's size.
     """
+    import numpy as np
+
     weights = RelevanceWeights.of(config)
     records: dict[tuple[str | None, str | None, str], FactRecord] = {}
     for record in [*nearest.facts, *matched.facts]:

@@ -10,9 +10,7 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
-
-import numpy as np
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from memstore.config import MemoryConfig
 from memstore.embedding import Embedder, get_embedder
@@ -20,6 +18,9 @@ from memstore.errors import ConfigError
 from memstore.scope import DEFAULT_TENANT_ID, Identity, Scope
 from memstore.storage.base import MemoryStorage
 from memstore.storage.records import FactFilter, FactPage
+
+if TYPE_CHECKING:
+    import numpy as np
 
 logger = logging.getLogger(__name__)
 

@@ -76,6 +76,24 @@ def test_scripts_come_from_the_installed_package(installed: Path, tmp_path: Path
     assert not location.is_relative_to(REPO)
 
 
+def test_the_installed_package_knows_its_head_without_alembic(installed: Path, tmp_path: Path) -> None:
+    """The head scanned from ``memstore/_alembic/versions`` is Alembic's, and a database at head
+    opens and loads without importing Alembic (tests/integration/test_storage_imports.py)."""
+    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    run(installed, tmp_path, "memstore", "db", "upgrade", url=url)
+    code = (
+        "import sys\n"
+        "from memstore.storage.loader import get_memory_storage\n"
+        "from memstore.storage.sql.schema import migrate, revisions\n"
+        "get_memory_storage().load(None, user_id='alice')\n"
+        "assert 'alembic' not in sys.modules, 'opening a database at head imported alembic'\n"
+        "from alembic.script import ScriptDirectory\n"
+        "alembic_heads = ScriptDirectory.from_config(migrate.alembic_config()).get_heads()\n"
+        "print(revisions.scanned_head(migrate.script_location() / 'versions'), *alembic_heads)\n"
+    )
+    assert run(installed, tmp_path, "python", "-c", code, url=url).stdout.split() == [migrate.head()] * 2
+
+
 def test_the_console_ships_its_page_scripts_and_stylesheet(installed: Path, tmp_path: Path) -> None:
     """``memstore serve --console`` serves these from the package: no CDN, no build step."""
     code = "import memstore, pathlib; print(pathlib.Path(memstore.__file__).parent / 'console' / 'static')"

@@ -11,9 +11,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy import Connection, and_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -28,6 +27,9 @@ from memstore.storage.sql.schema.models import embeddings_table as _vectors
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.vectors import UnembeddedFact
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _CURRENT = and_(
     _vectors.c.scope_id == _facts.c.scope_id,
@@ -150,7 +152,8 @@ def vector_parameter(dialect: str, vector: np.ndarray) -> Any:
 
 _PG_ARRAY_HEADER = 20
 """``array_send`` of a one-dimensional array: ndim, has-nulls flag, element type, length, lower bound."""
-_PG_ELEMENT = np.dtype([("length", ">i4"), ("value", ">f4")])
+_PG_ELEMENT = [("length", ">i4"), ("value", ">f4")]
+"""One ``real`` element of the array: its length, then its big-endian value (a numpy dtype)."""
 _PG_FLOAT4 = 700
 """The type oid of ``real``."""
 
@@ -160,16 +163,19 @@ def vector_matrix(raws: Sequence[bytes], dimension: int, dialect: str) -> np.nda
 
     A value of another length or shape (a corrupt row) is an ``EmbeddingError``, never a misaligned matrix.
     """
+    import numpy as np
+
     if dialect != "postgresql":
         if any(len(raw) != dimension * 4 for raw in raws):
             raise EmbeddingError(f"a stored vector is not {dimension} float32 values")
         return np.frombuffer(b"".join(raws), dtype="<f4").reshape(len(raws), dimension).astype(np.float32)
     # One dimension, no NULL element, float4 elements, ``dimension`` of them (the lower bound may vary).
     head = struct.pack(">iiii", 1, 0, _PG_FLOAT4, dimension)
-    size = _PG_ARRAY_HEADER + dimension * _PG_ELEMENT.itemsize
+    element = np.dtype(_PG_ELEMENT)
+    size = _PG_ARRAY_HEADER + dimension * element.itemsize
     if any(len(raw) != size or bytes(raw[:16]) != head for raw in raws):
         raise EmbeddingError(f"a stored vector is not {dimension} float32 values")
-    elements = np.frombuffer(b"".join(bytes(raw)[_PG_ARRAY_HEADER:] for raw in raws), dtype=_PG_ELEMENT)
+    elements = np.frombuffer(b"".join(bytes(raw)[_PG_ARRAY_HEADER:] for raw in raws), dtype=element)
     return elements["value"].astype(np.float32).reshape(len(raws), dimension)
 
 

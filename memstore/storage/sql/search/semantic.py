@@ -18,9 +18,8 @@ reported as the record's ``rank``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
 from sqlalchemy import Connection, Float, LargeBinary, bindparam, cast, func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
@@ -42,6 +41,9 @@ from memstore.storage.sql.search.queries import (
     scope_conditions,
 )
 from memstore.storage.sql.search.visibility import Connect, shares_any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 VectorBackend = Literal["sqlite-vec", "pgvector", "exact"]
 _SCAN_CHUNK = 5000
@@ -131,6 +133,8 @@ def _exact(
     conn: Connection, conditions: list[ColumnElement[bool]], vector: np.ndarray, limit: int, offset: int
 ) -> FactPage:
     """Score every candidate vector with numpy, a chunk at a time, keeping the best ``offset + limit``."""
+    import numpy as np
+
     keep = offset + limit
     dialect = conn.dialect.name
     dimension = int(vector.shape[0])

@@ -19,9 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
@@ -36,10 +35,13 @@ from memstore.storage.sql.search import embeddings
 from memstore.storage.sql.search.semantic import nearest_facts, vector_backend
 from memstore.storage.vectors import EmbeddingStatus, UnembeddedFact
 
+if TYPE_CHECKING:
+    import numpy as np
+
 MAX_CACHED_VECTORS = 20_000
 """About 30 MB of 384-dimension vectors."""
 
-_ScopeVectors = dict[str, tuple[str, np.ndarray]]
+_ScopeVectors = dict[str, tuple[str, "np.ndarray"]]
 
 
 class SqlVectorStore:
