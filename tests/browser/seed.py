@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 
 from memstore.agent_doc import MAIN_DOC_PATH, DocScope
 from memstore.config import MemoryConfig, set_memory_config
@@ -24,7 +24,7 @@ from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sessions.loader import reset_session_stores
 from memstore.storage.sql.engine import dispose_engines, get_engine
 from memstore.storage.sql.queue.table import QueuedConversation, enqueue
-from memstore.storage.sql.schema.models import facts_table, queue_table, scopes_table
+from memstore.storage.sql.schema.models import facts_table, queue_table, scopes_table, snapshots_table
 
 SCRIPT_FACT = "Alice likes tea <script>window.__pwned = 'script'</script>"
 IMG_FACT = "Alice drives <img src=x onerror=\"window.__pwned = 'img'\"> a bike"
@@ -84,7 +84,7 @@ def _seed(url: str) -> Seeded:
     gina_fact = _create("Gina lives in Porto", "gina")
     erin_fresh = _create("Erin speaks Portuguese", "erin", confidence=0.95)
     erin_stale = _create("Erin once mentioned a rainy day", "erin", confidence=0.1)
-    _age(url, "erin", erin_stale)
+    age_fact(url, "erin", erin_stale)
     frank = storage.load(user_id="frank")
     frank["facts"] = [
         {
@@ -117,7 +117,7 @@ def _seed(url: str) -> Seeded:
     return Seeded(alice_fact, carol_fact, dave_fact, gina_fact, erin_stale, erin_fresh, _queue(url))
 
 
-def _age(url: str, user: str, fact_id: str) -> None:
+def age_fact(url: str, user: str, fact_id: str) -> None:
     """Make a fact two years old, so its decay score falls under the lifecycle's threshold."""
     scopes = select(scopes_table.c.id).where(scopes_table.c.user_id == user)
     with get_engine(url).begin() as conn:
@@ -126,6 +126,8 @@ def _age(url: str, user: str, fact_id: str) -> None:
             .where(facts_table.c.fact_id == fact_id, facts_table.c.scope_id.in_(scopes))
             .values(created_at=datetime.now(UTC) - timedelta(days=730))
         )
+        # A hand edit of fact rows moves no revision: drop the derived snapshot (docs/schema.md).
+        conn.execute(delete(snapshots_table).where(snapshots_table.c.scope_id.in_(scopes)))
 
 
 def _queue(url: str) -> tuple[int, int]:

@@ -7,11 +7,9 @@ the facts outgrew, and the agent documents' scopes are paged. On SQLite and on P
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select, update
 
 from memstore.agent_doc import MAIN_DOC_PATH, DocScope
 from memstore.cli.serve_app import create_app, header_roles, header_tenant, header_user
@@ -24,8 +22,7 @@ from memstore.ops.facts import create_memory_fact_with_created_fact, update_memo
 from memstore.ops.queries import memory_history
 from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.records import FactFilter
-from memstore.storage.sql.engine import get_engine
-from memstore.storage.sql.schema.models import facts_table, scopes_table
+from tests.browser.seed import age_fact
 
 OPS = {"X-User": "ops", "X-Tenant": "default", "X-Roles": "admin"}
 ACME_ADMIN = {"X-User": "boss", "X-Tenant": "acme", "X-Roles": "admin"}
@@ -184,25 +181,15 @@ def test_an_edit_of_a_fact_changed_meanwhile_is_refused_and_the_operator_is_audi
     assert versions[-1]["who"] == {"kind": "operator", "label": "operator ops in the console"}
 
 
-def _age(url: str, user: str, fact_id: str) -> None:
-    scopes = select(scopes_table.c.id).where(scopes_table.c.user_id == user)
-    with get_engine(url).begin() as conn:
-        conn.execute(
-            update(facts_table)
-            .where(facts_table.c.fact_id == fact_id, facts_table.c.scope_id.in_(scopes))
-            .values(created_at=datetime.now(UTC) - timedelta(days=730))
-        )
-
-
 def test_the_lifecycle_refuses_a_dry_run_the_facts_outgrew(client: TestClient, sql_url: str) -> None:
     _fact("Erin speaks Portuguese", "erin", confidence=0.95)
     first = _fact("Erin once mentioned a rainy day", "erin", confidence=0.1)
-    _age(sql_url, "erin", first)
+    age_fact(sql_url, "erin", first)
     headers = _mutation_headers(client, OPS)
     dry = client.get("/console/api/lifecycle?user=erin", headers=OPS).json()
     assert dry["expiring_count"] == 1
     second = _fact("Erin once mentioned a sunny day", "erin", confidence=0.1)
-    _age(sql_url, "erin", second)  # an import of old facts, say, after the operator looked
+    age_fact(sql_url, "erin", second)  # an import of old facts, say, after the operator looked
     run = {"user": "erin", "below": dry["threshold"], "evaluated_at": dry["evaluated_at"], "expiring": 1}
     refused = client.post("/console/api/lifecycle/apply", headers=headers, json=run)
     assert refused.status_code == 409, refused.text

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import JSON, insert, select, update
+from sqlalchemy import JSON, insert, select, text, update
 
 from memstore.agent_doc import MAIN_DOC_PATH, DocLimits, DocScope
 from memstore.ops.backup import backup_database, restore_database
@@ -157,6 +157,8 @@ def _populate(url: str) -> None:
             )
         )
         conn.execute(update(scopes_table).where(scopes_table.c.user_id == "bob").values(purged_revision=1))
+        # Edits by hand that keep the revision: the saves' derived snapshots go (docs/schema.md).
+        conn.execute(text("DELETE FROM memory_scope_snapshots"))
         first = select(history_table.c.id).order_by(history_table.c.id.desc()).limit(1).scalar_subquery()
         conn.execute(
             update(history_table)

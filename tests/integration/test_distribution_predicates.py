@@ -207,6 +207,11 @@ CROSS_USER = [
         "erase: the user leaves others' grants",
     ),
     (
+        r"^DELETE FROM memory_scope_snapshots WHERE EXISTS \(SELECT .*grantee = ",
+        "memory_scope_snapshots",
+        "erase: (before that) the derived snapshots of the scopes holding those grants",
+    ),
+    (
         r"^UPDATE memory_agent_document\w* SET actor=",
         "memory_agent_documents",
         "erase: the user's name leaves agents' docs",

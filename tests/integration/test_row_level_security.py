@@ -16,6 +16,7 @@ transaction, as a transaction-mode pooler needs.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ from memstore.storage.sql.schema.models import (
     sections_table,
     session_turns_table,
     sessions_table,
+    snapshots_table,
     store_item_history_table,
     store_items_table,
     tags_table,
@@ -169,6 +171,8 @@ def expected(identity: Identity) -> dict[str, set[Any]]:
         # Scope rows (no memory in them) are the tenant's: a shared fact is joined to its agent.
         "memory_scopes": {s for s in SCOPES if s[0] == identity.tenant_id},
         "memory_sections": own_scopes,
+        # A scope's derived document holds every fact of it, private ones too: its owner's alone.
+        "memory_scope_snapshots": own_scopes,
         "memory_facts": facts,
         "memory_fact_grants": {
             g
@@ -230,6 +234,7 @@ class Seeded:
         named: dict[str, set[Any]] = {
             "memory_scopes": {(r["tenant_id"], r["user_id"], r["agent_name"]) for r in rows["memory_scopes"]},
             "memory_sections": {self.scope_ids[r["scope_id"]] for r in rows["memory_sections"]},
+            "memory_scope_snapshots": {self.scope_ids[r["scope_id"]] for r in rows["memory_scope_snapshots"]},
             "memory_facts": {self.fact_ids[r["id"]] for r in rows["memory_facts"]},
             "memory_fact_grants": {
                 (self.fact_ids[r["fact_row_id"]], r["grantee_kind"], r["grantee"])
@@ -382,6 +387,11 @@ def _seed(admin: Engine, seeded: Seeded) -> None:
             conn.execute(
                 insert(history_table).values(_history(scope_id, "fact", fact.key, after={"content": canary}))
             )
+        for scope_id, scope in seeded.scope_ids.items():  # each scope's document, its canaries in it
+            contents = [seeded.canaries[f.key] for f in FACTS if f.scope == scope]
+            document = json.dumps({"facts": [{"id": str(i), "content": c} for i, c in enumerate(contents)]})
+            row = {"scope_id": scope_id, "revision": 1, "document": document, "layout": "[[],[]]"}
+            conn.execute(insert(snapshots_table).values(row))
         for doc in DOCS:
             _seed_document(conn, doc)
         for tenant in ("acme", "globex"):

@@ -118,6 +118,7 @@ def test_adding_one_fact_to_a_large_scope_writes_one_fact_row(sql_url: str) -> N
         ("INSERT INTO memory_facts", 1),
         ("INSERT INTO memory_history", 1),
         ("UPDATE memory_scopes", 1),
+        ("INSERT INTO memory_scope_snapshots", 1),  # the derived document, replaced
     ]
     with get_engine(sql_url).connect() as conn:
         history = conn.execute(
@@ -136,12 +137,13 @@ def test_deleting_and_editing_touch_only_those_rows(sql_url: str) -> None:
     with sent_statements(get_engine(sql_url)) as seen:
         assert storage.save(doc, user_id="alice")
     writes = [(s.split(" (")[0].split(" SET")[0], n) for s, n in _sql(seen) if not s.startswith("SELECT")]
-    # One tombstone, one edited row, two audit rows, the scope; no position rewrites.
+    # One tombstone, one edited row, two audit rows, the scope and its snapshot; no position rewrites.
     assert writes == [
         ("UPDATE memory_facts", 1),
         ("UPDATE memory_facts", 1),
         ("INSERT INTO memory_history", 2),
         ("UPDATE memory_scopes", 1),
+        ("INSERT INTO memory_scope_snapshots", 1),
     ]
     assert storage.reload(user_id="alice")["facts"] == doc["facts"]
 
@@ -385,6 +387,7 @@ def test_a_non_object_extra_written_by_hand_does_not_break_loading(sql_url: str)
     assert storage.save(_doc(_fact(1, "hand edited")), user_id="alice")
     with get_engine(sql_url).begin() as conn:
         conn.execute(text("UPDATE memory_facts SET extra = '[1, 2]'"))
+        conn.execute(text("DELETE FROM memory_scope_snapshots"))  # a hand edit: the rows are read
     assert _contents(SqlMemoryStorage(sql_url).load(user_id="alice")) == ["hand edited"]
 
 

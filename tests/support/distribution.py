@@ -44,6 +44,7 @@ LAYOUT: dict[str, Placement] = {
     # The scope group: one shard holds a scope's row and everything hanging off it.
     "memory_scopes": Placement(SCOPE_GROUP, "id"),
     "memory_sections": Placement(SCOPE_GROUP, "scope_id"),
+    "memory_scope_snapshots": Placement(SCOPE_GROUP, "scope_id"),
     "memory_facts": Placement(SCOPE_GROUP, "scope_id"),
     "memory_history": Placement(SCOPE_GROUP, "scope_id"),
     "memory_fact_embeddings": Placement(SCOPE_GROUP, "scope_id"),

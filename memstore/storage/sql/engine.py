@@ -3,7 +3,12 @@
 SQLite: WAL, ``busy_timeout`` and foreign keys on every connection, and transactions that
 we BEGIN ourselves so writers can take the lock up front (``BEGIN IMMEDIATE``) instead of
 failing to upgrade a read lock; a writer may bring its own busy timeout
-(``SQLITE_BUSY_TIMEOUT_OPTION``). PostgreSQL: psycopg 3 with ``pool_pre_ping``.
+(``SQLITE_BUSY_TIMEOUT_OPTION``). PostgreSQL: psycopg 3, and no ``pool_pre_ping``: a checkout costs
+no round trip. A pooled connection the server closed (a restart, ``pg_terminate_backend``, an idle
+timeout, a proxy) has its goodbye waiting on the socket, which the checkout reads without sending
+anything (``driver.closed_by_server``) and replaces the connection; one that dies later, or silently,
+fails its first statement, and the SQL provider's reads and saves retry once on a new connection
+(``documents/retry.py``, docs/performance.md "PostgreSQL without pool_pre_ping").
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from memstore.async_face import running_loop
 from memstore.config import MemoryConfig
 from memstore.errors import ConfigError, StorageSetupError
 from memstore.storage.data_dir import data_dir_of
+from memstore.storage.sql.driver import closed_by_server, driver_rows
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_CONNECT_TIMEOUT_SECONDS = 10
@@ -220,7 +226,6 @@ def _postgresql_options(url: URL) -> dict[str, Any]:
     # minutes; the URL's own ?connect_timeout= wins.
     connect_args = {} if "connect_timeout" in url.query else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
     return {
-        "pool_pre_ping": True,
         "pool_size": 5,
         "max_overflow": 10,
         "connect_args": connect_args,
@@ -238,6 +243,7 @@ def _configure_postgresql(engine: Engine) -> Engine:
         cparams.pop(PREPARE_THRESHOLD_OPTION, None)
         cparams["prepare_threshold"] = threshold
 
+    event.listen(engine.pool, "checkout", closed_by_server)
     return engine
 
 
@@ -322,9 +328,10 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
+        # On the driver's cursor (``driver_rows``): SQLAlchemy's execution of BEGIN cost more than it.
         options = connection.get_execution_options()
         if not options.get(SQLITE_WRITE_OPTION, False):
-            connection.exec_driver_sql("BEGIN")
+            driver_rows(connection, "BEGIN", {})
             return
         # Per write, so a pooled connection never keeps another writer's timeout; on the driver
         # connection, and only when it changes, since it is connection state rather than a statement.
@@ -335,7 +342,7 @@ def _configure_sqlite(engine: Engine) -> None:
             cursor.execute(f"PRAGMA busy_timeout = {busy_ms}")
             cursor.close()
             pooled.info[SQLITE_BUSY_TIMEOUT_OPTION] = busy_ms
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        driver_rows(connection, "BEGIN IMMEDIATE", {})
 
 
 def driver_execute(conn: Connection, statement: str) -> list[Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -37,6 +38,7 @@ SET_IDENTITY = select(
 _BYPASSES = text("SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user")
 
 _enforced: dict[str, bool] = {}
+_by_engine: weakref.WeakKeyDictionary[Engine, bool] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -45,6 +47,9 @@ def policies_apply(engine: Engine, conn: Connection | None = None) -> bool:
     ``conn`` when the caller holds one: a second checkout could wait forever on a one-connection pool."""
     if engine.dialect.name != "postgresql":
         return False
+    known = _by_engine.get(engine)  # every read asks: no URL rendering on the way
+    if known is not None:
+        return known
     # By URL: an engine with other execution options (the autocommit reader) shares the answer.
     key = engine.url.render_as_string(hide_password=False)
     with _lock:
@@ -57,6 +62,7 @@ def policies_apply(engine: Engine, conn: Connection | None = None) -> bool:
                 known = not bool(own.execute(_BYPASSES).scalar())
         with _lock:
             _enforced[key] = known
+    _by_engine[engine] = known
     return known
 
 

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import islice
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from memstore.document import (
@@ -38,6 +39,8 @@ from memstore.storage.sql.documents.grants import PRIVATE, Grants, fact_access
 from memstore.storage.sql.documents.json_values import (
     canonical_json,
     copy_json,
+    exact_text,
+    jsonb_stable,
     same_json,
     same_types,
     storable,
@@ -138,21 +141,30 @@ class IncomingFact:
 
 
 _CONFIDENCE_ONLY = ("confidence",)
+_FACT_OF = attrgetter("fact")
 
 
 class KnownFact(NamedTuple):
-    """A stored fact in document form and the values it encodes to; an equal document fact reuses them."""
+    """A stored fact in document form and the values it encodes to; an equal document fact reuses them.
+
+    ``text`` is the document form's exact JSON (``json_values.exact_text``; None when there is none),
+    joined into the scope's snapshot text by each save that keeps the fact. ``stable``: its ``extra``
+    reads back as it is from PostgreSQL's JSONB (``json_values.jsonb_stable``), else no snapshot row there.
+    """
 
     raw: dict[str, Any]
     fact: IncomingFact
     lax_keys: tuple[str, ...]
+    text: bytes | None
+    stable: bool
 
     @classmethod
     def of(cls, values: FactValues) -> KnownFact:
         raw = decode_fact(values)
         # Without ``extra``, the document is the columns: confidence is the only non-string value.
         lax_keys = _lax_keys(raw) if values.extra else _CONFIDENCE_ONLY
-        return cls(raw, IncomingFact(values, generated_id=False), lax_keys)
+        fact = IncomingFact(values, generated_id=False)
+        return cls(raw, fact, lax_keys, exact_text(raw), jsonb_stable(values.extra))
 
     def matches(self, raw: Mapping[str, Any]) -> bool:
         """``same_json(raw, self.raw)``, checking types only where ``==`` is lax: once per fact per save."""
@@ -184,6 +196,8 @@ class IncomingDocument:
     version: str | None
     facts: list[IncomingFact] | None
     sections: dict[str, SectionValues]
+    kept: int = 0
+    """How many of ``facts`` lead it unchanged and in order: the known facts it was parsed against."""
 
 
 def _lax_keys(raw: Mapping[str, Any]) -> tuple[str, ...]:
@@ -326,6 +340,7 @@ def parse_document(
     memory: object,
     known_facts: Mapping[str, KnownFact] | None = None,
     known_sections: Mapping[str, KnownSection] | None = None,
+    known_text: bytes | None = None,
 ) -> IncomingDocument:
     """Validate and encode a document for saving; raises MalformedDocumentError rather than guess.
 
@@ -335,7 +350,8 @@ def parse_document(
 
     A fact or section exactly equal (``same_json``) to its ``known_*`` entry takes that entry's
     values without being encoded again: most of a loaded document comes back unchanged, and encoding
-    every fact was most of the cost of a save.
+    every fact was most of the cost of a save. ``known_text`` is the known facts' exact JSON (see
+    ``_unchanged_prefix``), given only when it holds no ``null``.
     """
     if not isinstance(memory, dict):
         raise MalformedDocumentError(f"a memory document must be a dict, got {type(memory).__name__}")
@@ -364,25 +380,36 @@ def parse_document(
                 sections[name] = known.values
             else:
                 sections[name] = encode_section(section)
+    facts, kept = None, 0
+    if "facts" in memory:
+        facts, kept = _parse_facts(memory["facts"], known_facts or {}, known_text)
     return IncomingDocument(
         revision=revision,
         incarnation=incarnation,
         version=version if isinstance(version, str) and len(version) <= MAX_VERSION else None,
-        facts=_parse_facts(memory["facts"], known_facts or {}) if "facts" in memory else None,
+        facts=facts,
         sections=sections,
+        kept=kept,
     )
 
 
-def _unchanged_prefix(raw_facts: list[Any], known_facts: Mapping[str, KnownFact]) -> list[IncomingFact]:
+def _unchanged_prefix(
+    raw_facts: list[Any], known_facts: Mapping[str, KnownFact], known_text: bytes | None
+) -> list[IncomingFact]:
     """The stored facts, when the document starts with all of them unchanged and in stored order.
 
-    The usual save (a loaded document plus a few appended facts) is decided by one C-level list
-    ``==`` instead of a ``matches`` call per fact, which was most of a 500-fact save. ``==`` cannot
-    tell ``1``, ``1.0`` and ``True`` apart, so each fact's lax keys are then checked by type.
-    Anything else (an edit, a removal, a new order) returns nothing and is parsed fact by fact.
+    The usual save (a loaded document plus appended facts) is decided at C speed: by the JSON of
+    the document's first facts against the known facts' (``known_text``: equal text is equal values,
+    types and key order included; orjson writes NaN as ``null``, which that text holds none of), else
+    by one list ``==``, blind to ``1`` against ``1.0`` and ``True``, then each lax key's type. Anything
+    else (an edit, a removal, a new order) returns nothing and is parsed fact by fact.
     """
     known = list(islice(known_facts.values(), len(raw_facts)))
-    if len(known) < len(known_facts) or raw_facts[: len(known)] != [entry.raw for entry in known]:
+    if len(known) < len(known_facts):
+        return []
+    if known_text is not None and exact_text(raw_facts[: len(known)]) == known_text:
+        return list(map(_FACT_OF, known))
+    if raw_facts[: len(known)] != [entry.raw for entry in known]:
         return []
     for entry, raw in zip(known, raw_facts, strict=False):
         stored = entry.raw
@@ -393,10 +420,14 @@ def _unchanged_prefix(raw_facts: list[Any], known_facts: Mapping[str, KnownFact]
     return [entry.fact for entry in known]
 
 
-def _parse_facts(raw_facts: object, known_facts: Mapping[str, KnownFact]) -> list[IncomingFact]:
+def _parse_facts(
+    raw_facts: object, known_facts: Mapping[str, KnownFact], known_text: bytes | None
+) -> tuple[list[IncomingFact], int]:
+    """The facts, and how many lead them unchanged (``_unchanged_prefix``)."""
     if not isinstance(raw_facts, list):
         raise MalformedDocumentError(f"'facts' must be a list, got {type(raw_facts).__name__}")
-    facts = _unchanged_prefix(raw_facts, known_facts)
+    facts = _unchanged_prefix(raw_facts, known_facts, known_text)
+    kept = len(facts)
     seen_ids: set[str] = set(islice(known_facts, len(facts)))
     for index, raw in enumerate(raw_facts[len(facts) :], len(facts)):
         if not isinstance(raw, dict):
@@ -416,4 +447,4 @@ def _parse_facts(raw_facts: object, known_facts: Mapping[str, KnownFact]) -> lis
         fact_id = str(given_id) if given_id is not None else new_fact_id(seen_ids)
         seen_ids.add(fact_id)
         facts.append(IncomingFact(encode_fact(raw, fact_id), given_id is None))
-    return facts
+    return facts, kept

@@ -1,5 +1,6 @@
 """JSON-shaped values as the SQL provider copies, compares and stores them: fast deep copies of
-documents, type-strict equality, the canonical text of an ``extra`` column."""
+documents, type-strict equality, the canonical text of an ``extra`` column, and the exact JSON
+text of a document's parts (``exact_text``)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,28 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 from memstore.document import unstorable
 from memstore.errors import MalformedDocumentError
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
+_EXACT_OPTIONS = (
+    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
+def exact_text(value: object) -> bytes | None:
+    """``value`` as JSON text that ``orjson.loads`` gives back exactly, or None when there is none.
+
+    orjson writes every float so it reads back bit for bit, and refuses an integer beyond 64 bits
+    (which its ``loads`` would turn into a float): such a value (and anything but plain JSON types)
+    has no exact text here, and its reader falls back to ``json``.
+    """
+    try:
+        return orjson.dumps(value, option=_EXACT_OPTIONS)
+    except TypeError:
+        return None
 
 
 def copy_json(value: Any) -> Any:
@@ -24,6 +43,24 @@ def copy_json(value: Any) -> Any:
     if isinstance(value, list):
         return [item if type(item) in _SCALARS else copy_json(item) for item in value]
     return value
+
+
+def jsonb_stable(value: object) -> bool:
+    """Whether PostgreSQL's JSONB gives ``value`` back as it is (an ``extra`` column is JSONB there):
+    objects with their keys already in JSONB's order (shorter first, then bytewise) and no float
+    it rewrites (``-0.0`` loses its sign, ``1e+16`` comes back an integer). On PostgreSQL a document
+    holding anything else is not stored as a scope's snapshot (``stored.py``): its rows read otherwise."""
+    if value == {}:
+        return True  # nearly every fact
+    if isinstance(value, dict):
+        keys = [key.encode() for key in value]
+        ordered = keys == sorted(keys, key=lambda key: (len(key), key))
+        return ordered and all(map(jsonb_stable, value.values()))
+    if isinstance(value, list):
+        return all(map(jsonb_stable, value))
+    if isinstance(value, float):
+        return "e+" not in repr(value) and math.copysign(1.0, value) > 0
+    return True
 
 
 def json_object(value: object) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import replace
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_RECORD = attrgetter("values.record")
+
 
 def with_known_targets(
     conn: Connection, scope_id: int | None, incoming: IncomingDocument
@@ -42,7 +45,10 @@ def with_known_targets(
     """``incoming`` without the relations whose target is no fact of the scope (live, deleted or in
     ``incoming`` itself), logged: dropped before planning, so no version or audit row claims them."""
     facts = incoming.facts
-    targets = {target for fact in facts or () for _, target in fact.values.fields.relations}
+    # A fact with the default record (nearly all) has no relations: only the others are looked at,
+    # and not the stored facts the document kept as they are (``kept``): their targets are stored.
+    records = filter(None, map(_RECORD, (facts or [])[incoming.kept :]))
+    targets = {target for record in records for _, target in record.relations}
     if not facts or not targets:
         return incoming
     known = {fact.values.fact_id for fact in facts}

@@ -1,11 +1,19 @@
-"""The cold load: one statement that returns the scope row with its facts and sections as JSON.
+"""The cold load: one statement, one round trip, for the scope row and its document.
 
-Each of the two JSON arrays is parsed once by orjson, and facts are built straight from the
-parsed columns, without a row object, a type processor or a ``FactValues`` per fact: those were
-most of a cold load. Both dialects send timestamps as ``'YYYY-MM-DD HH:MM:SS.ffffff'`` UTC text
-(what SQLAlchemy writes on SQLite) and confidences exactly (below). A fact with ``extra`` or a
-stamp in any other shape is decoded by the codec, so the document is exactly what
-``codec.decode_fact`` makes of the row (``tests/integration/test_cold_load_equivalence.py``).
+While the scope's derived snapshot row (``memory_scope_snapshots``, written by each save: see
+``stored.py``) is at the scope's revision, the statement returns its text and the load parses it
+once: no fact row is read. Otherwise (no save has written one since, or another writer moved the
+revision) the same statement builds the facts and sections as JSON from the rows, each of the two
+arrays parsed once by orjson, and facts are built straight from the parsed columns, without a row
+object, a type processor or a ``FactValues`` per fact. Both dialects send timestamps as
+``'YYYY-MM-DD HH:MM:SS.ffffff'`` UTC text (what SQLAlchemy writes on SQLite) and confidences
+exactly (below). A fact with ``extra`` or a stamp in any other shape is decoded by the codec, so
+the document is exactly what ``codec.decode_fact`` makes of the row
+(``tests/integration/test_cold_load_equivalence.py``).
+
+The statement runs on the driver's cursor (``driver.driver_rows``): SQLAlchemy's own execution
+cost more than SQLite running it. On SQLite it needs no transaction around it (one statement reads
+one snapshot), except in the rare case below.
 
 The save fast path needs the rows as a ``Snapshot``; the entry builds it only when a save asks
 (``CacheEntry.snapshot``), since most loads are reads.
@@ -14,13 +22,14 @@ The save fast path needs the rows as a ``Snapshot``; the entry builds it only wh
 from __future__ import annotations
 
 import json
+import re
 import struct
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, TextualSelect, column, text
+from sqlalchemy import Connection
 
 from memstore.document import HISTORY_SECTIONS, USER_SECTIONS, MemoryDocument, as_utc, format_timestamp
 from memstore.record import (
@@ -30,7 +39,7 @@ from memstore.record import (
     TYPE_OF_CATEGORY,
     default_type,
 )
-from memstore.storage.sql.documents.cache import CacheEntry, incarnation, stamp_of
+from memstore.storage.sql.documents.cache import CacheEntry, Stamp, body_text, incarnation
 from memstore.storage.sql.documents.codec import (
     EMPTY_SECTION,
     INCARNATION_KEY,
@@ -43,7 +52,9 @@ from memstore.storage.sql.documents.codec import (
 from memstore.storage.sql.documents.grants import PRIVATE, parse_grants
 from memstore.storage.sql.documents.json_values import json_object
 from memstore.storage.sql.documents.snapshot import Snapshot, snapshot_of
-from memstore.storage.sql.schema.models import Timestamp
+from memstore.storage.sql.documents.statements import scope_time
+from memstore.storage.sql.documents.stored import SNAPSHOT_JOIN, snapshot_from_text
+from memstore.storage.sql.driver import driver_rows
 
 # A confidence travels as the integer confidence * 2**60, exact whenever it is an integer (every
 # value from 1/256 up, and most below). Decimal text would not be exact: SQLite's JSON and printf
@@ -85,28 +96,19 @@ _RECORD = (
 _LINKS = (
     "(SELECT {aggregate}({pair}(g.fact_id, t.tag)) FROM memory_fact_tags t "
     "JOIN memory_facts g ON g.scope_id = t.scope_id AND g.id = t.fact_row_id "
-    "WHERE t.scope_id = s.id){cast} AS tags, "
+    "WHERE t.scope_id = s.id){cast}",
     "(SELECT {aggregate}({pair}(r.fact_id, r.kind, r.target_fact_id)) FROM memory_fact_relations r "
-    "WHERE r.scope_id = s.id){cast} AS relations"
+    "WHERE r.scope_id = s.id){cast}",
 )
 _SQLITE_RECORD = _RECORD.format(structured="f.structured", pair="json_array")
 _PG_RECORD = _RECORD.format(structured="f.structured::text", pair="json_build_array")
-_SQLITE_LINKS = _LINKS.format(aggregate="json_group_array", pair="json_array", cast="")
-_PG_LINKS = _LINKS.format(aggregate="json_agg", pair="json_build_array", cast="::text")
+_SQLITE_LINKS = [part.format(aggregate="json_group_array", pair="json_array", cast="") for part in _LINKS]
+_PG_LINKS = [part.format(aggregate="json_agg", pair="json_build_array", cast="::text") for part in _LINKS]
 _SQLITE_ITEM = _FACT_ITEM.format(
     confidence=f"CASE WHEN {_EXACT} THEN CAST({_SCALED} AS BIGINT) END", created_at="f.created_at"
 )
 _SQLITE_GRANTS = _GRANTS.format(aggregate="group_concat")
 _PG_GRANTS = _GRANTS.format(aggregate="string_agg")
-_SQLITE_LOAD = f"""
-SELECT {_SCOPE},
-  (SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra, f.visibility, {_SQLITE_GRANTS},
-     {_SQLITE_RECORD})) {_LIVE}) AS facts,
-  (SELECT json_group_array(json_array(c.section, c.summary, c.updated_at, c.extra))
-     FROM memory_sections c WHERE c.scope_id = s.id) AS sections,
-  {_SQLITE_LINKS}
-FROM memory_scopes s WHERE {_WHERE}
-"""
 _PG_STAMP = "to_char({} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
 _PG_ITEM = _FACT_ITEM.format(
     # Zero goes as bytes too: -0.0 scales to the integer 0 and would come back as 0.0.
@@ -115,37 +117,44 @@ _PG_ITEM = _FACT_ITEM.format(
     created_at=_PG_STAMP.format("f.created_at"),
 )
 _PG_SECTION = f"c.section, c.summary, {_PG_STAMP.format('c.updated_at')}, c.extra::text"
-_POSTGRESQL_LOAD = f"""
-SELECT {_SCOPE},
-  (SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text, f.visibility, {_PG_GRANTS},
-     {_PG_RECORD}))::text {_LIVE}) AS facts,
-  (SELECT json_agg(json_build_array({_PG_SECTION}))::text
-     FROM memory_sections c WHERE c.scope_id = s.id) AS sections,
-  {_PG_LINKS}
-FROM memory_scopes s WHERE {_WHERE}
-"""
-_EXACT_CONFIDENCES = text(
+_ROWS = {
+    "sqlite": (
+        f"(SELECT json_group_array(json_array({_SQLITE_ITEM}, f.extra, f.visibility, {_SQLITE_GRANTS}, "
+        f"{_SQLITE_RECORD})) {_LIVE})",
+        "(SELECT json_group_array(json_array(c.section, c.summary, c.updated_at, c.extra)) "
+        "FROM memory_sections c WHERE c.scope_id = s.id)",
+        *_SQLITE_LINKS,
+    ),
+    "postgresql": (
+        f"(SELECT json_agg(json_build_array({_PG_ITEM}, f.extra::text, f.visibility, {_PG_GRANTS}, "
+        f"{_PG_RECORD}))::text {_LIVE})",
+        f"(SELECT json_agg(json_build_array({_PG_SECTION}))::text "
+        "FROM memory_sections c WHERE c.scope_id = s.id)",
+        *_PG_LINKS,
+    ),
+}
+"""Per dialect, the facts, sections, tags and relations as JSON arrays built from the rows."""
+
+
+def _load_statement(dialect: str) -> str:
+    # A CASE arm's subquery runs only when reached: with a current snapshot, no fact row is read.
+    rows = ", ".join(f"CASE WHEN d.scope_id IS NULL THEN {part} END" for part in _ROWS[dialect])
+    sql = f"SELECT {_SCOPE}, d.document, d.layout, {rows} FROM memory_scopes s {SNAPSHOT_JOIN} WHERE {_WHERE}"
+    if dialect == "postgresql":  # psycopg's named parameters
+        return re.sub(r"(?<!:):(tenant_key|user_key|agent_key)\b", r"%(\1)s", sql)
+    return sql
+
+
+LOAD_STATEMENTS = {dialect: _load_statement(dialect) for dialect in _ROWS}
+"""The cold load per dialect, bound by ``statements.scope_keys``; no row means nothing is stored.
+Its columns: the scope's id, revision, version, created_at, updated_at; the snapshot's document
+and layout (NULL unless current); the facts, sections, tags and relations (NULL when it is)."""
+
+
+_EXACT_CONFIDENCES = (
     "SELECT fact_id, confidence FROM memory_facts WHERE scope_id = :scope_id AND deleted_revision IS NULL"
 )
-
-
-def _statement(sql: str) -> TextualSelect:
-    return text(sql).columns(
-        column("scope_id"),
-        column("revision"),
-        column("version"),
-        column("scope_created_at", Timestamp),
-        column("scope_updated_at", Timestamp),
-        column("facts"),
-        column("sections"),
-        column("tags"),
-        column("relations"),
-    )
-
-
-LOAD_STATEMENTS = {"sqlite": _statement(_SQLITE_LOAD), "postgresql": _statement(_POSTGRESQL_LOAD)}
-"""The cold load per dialect, bound by ``statements.scope_keys``; no row means nothing is stored."""
-
+"""SQLite's exact confidences, for the few facts its JSON cannot carry exactly (above)."""
 
 _NONE: tuple[object, ...] = (None, "[]", [])
 """An empty aggregate: PostgreSQL's ``json_agg`` gives NULL, SQLite's ``json_group_array`` ``[]``."""
@@ -253,42 +262,97 @@ def _document_fact(item: list[Any]) -> dict[str, Any]:
     return fact
 
 
-def read_entry(conn: Connection, statement: TextualSelect, keys: dict[str, str]) -> CacheEntry | None:
+def read_entry(conn: Connection, keys: dict[str, str]) -> CacheEntry | None:
     """The cache entry of the scope ``keys`` names, or None; the snapshot is left to the first save."""
-    row = conn.execute(statement, keys).first()
+    row = _first(conn, LOAD_STATEMENTS[conn.dialect.name], keys)
     if row is None:
         return None
-    items: list[list[Any]] = orjson.loads(row.facts) if row.facts is not None else []
-    items.sort(key=lambda item: (item[0], item[1]))  # (scope_id, fact_id) is unique: no ties
-    _attach_links(items, row.tags, row.relations)
+    if row[5] is not None:
+        return _from_snapshot(row)
+    items = _items(row)
+    if _decode_confidences(items):
+        # SQLite sent some confidences without their exact value: read them with the rows again,
+        # in one transaction, so both statements see the same state.
+        if conn.in_transaction():
+            return _read_exactly(conn, keys)
+        _first(conn, "BEGIN", {})
+        try:
+            return _read_exactly(conn, keys)
+        finally:
+            _first(conn, "COMMIT", {})
+    return _from_rows(row, items)
+
+
+def _read_exactly(conn: Connection, keys: dict[str, str]) -> CacheEntry | None:
+    row = _first(conn, LOAD_STATEMENTS[conn.dialect.name], keys)
+    if row is None or row[5] is not None:
+        return None if row is None else _from_snapshot(row)
+    items = _items(row)
     unsent = _decode_confidences(items)
-    if unsent:
-        exact: dict[str, float] = {
-            fact_id: confidence
-            for fact_id, confidence in conn.execute(_EXACT_CONFIDENCES, {"scope_id": row.scope_id})
-        }
-        for item in unsent:
-            item[4] = exact[item[1]]
-    section_rows = orjson.loads(row.sections) if row.sections is not None else []
+    exact: dict[str, float] = dict(driver_rows(conn, _EXACT_CONFIDENCES, {"scope_id": row[0]}))
+    for item in unsent:
+        item[4] = exact[item[1]]
+    return _from_rows(row, items)
+
+
+def _first(conn: Connection, statement: str, parameters: dict[str, Any]) -> tuple[Any, ...] | None:
+    rows = driver_rows(conn, statement, parameters)
+    return tuple(rows[0]) if rows else None
+
+
+def _stamp_and_head(row: tuple[Any, ...]) -> tuple[Stamp, tuple[str, str]]:
+    scope_id, revision, version, created_at, updated_at = row[:5]
+    return (scope_id, revision, scope_time(created_at)), (version, format_timestamp(scope_time(updated_at)))
+
+
+def _from_snapshot(row: tuple[Any, ...]) -> CacheEntry:
+    """The entry of a scope whose snapshot row is current: its text, parsed once for the caller."""
+    entry_stamp, head = _stamp_and_head(row)
+    text, layout = row[5], row[6]
+    first: MemoryDocument = {
+        "version": head[0],
+        "lastUpdated": head[1],
+        "revision": entry_stamp[1],
+        INCARNATION_KEY: incarnation(entry_stamp),
+        **orjson.loads(text),
+    }
+    return CacheEntry(
+        entry_stamp, head, text, exact=True, build=partial(snapshot_from_text, text, layout), first=first
+    )
+
+
+def _items(row: tuple[Any, ...]) -> list[list[Any]]:
+    items: list[list[Any]] = orjson.loads(row[7]) if row[7] is not None else []
+    items.sort(key=lambda item: (item[0], item[1]))  # (scope_id, fact_id) is unique: no ties
+    _attach_links(items, row[9], row[10])
+    return items
+
+
+def _from_rows(row: tuple[Any, ...], items: list[list[Any]]) -> CacheEntry:
+    """The entry of a scope read from its rows (confidences already decoded)."""
+    section_rows = orjson.loads(row[8]) if row[8] is not None else []
     sections = {
         name: SectionValues(summary, _timestamp(updated_at), _extra(extra))
         for name, summary, updated_at, extra in section_rows
     }
-    entry_stamp = stamp_of(row, row.revision)
+    entry_stamp, head = _stamp_and_head(row)
 
     def group(names: tuple[str, ...]) -> dict[str, Any]:
         return {name: decode_section(sections.get(name, EMPTY_SECTION)) for name in names}
 
     document: MemoryDocument = {
-        "version": row.version,
-        "lastUpdated": format_timestamp(row.scope_updated_at),
+        "version": head[0],
+        "lastUpdated": head[1],
         "revision": entry_stamp[1],
         INCARNATION_KEY: incarnation(entry_stamp),
         "user": group(USER_SECTIONS),
         "history": group(HISTORY_SECTIONS),
         "facts": list(map(_document_fact, items)),
     }
-    return CacheEntry(entry_stamp, document, build=partial(_snapshot, items, sections))
+    body, exact = body_text(document)
+    return CacheEntry(
+        entry_stamp, head, body, exact=exact, build=partial(_snapshot, items, sections), first=document
+    )
 
 
 def _decode_confidences(items: list[list[Any]]) -> list[list[Any]]:

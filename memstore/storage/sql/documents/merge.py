@@ -88,6 +88,8 @@ class MergePlan:
     positions: list[int] = field(default_factory=list)
     sections: dict[str, SectionValues] = field(default_factory=dict)
     removal_detail: dict[str, dict[str, Any]] = field(default_factory=dict)
+    appended: bool = False
+    """The facts are the planned-against snapshot's, in place, then ``inserts`` (``snapshot.py``)."""
 
     @property
     def changed(self) -> bool:

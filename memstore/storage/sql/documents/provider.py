@@ -1,15 +1,16 @@
 """``SqlMemoryStorage``: the memory document kept in normalised SQL tables (SQLite or PostgreSQL).
 
-Loads: one cheap revision query validates the per-instance cache; a miss reads the scope with its
-sections and live facts as JSON in one statement (``load.py``: one snapshot, one round trip).
+Loads: one cheap revision query validates the per-instance cache; a miss reads the scope in one
+statement (``load.py``: one snapshot, one round trip), from the scope's derived snapshot row
+when a save wrote it at the scope's revision, else from its sections and live facts.
 
-Saves: one transaction that takes the scope's write lock first (``BEGIN IMMEDIATE`` on SQLite,
-``SELECT ... FOR UPDATE`` on PostgreSQL), merges the document into the stored rows
-(``merge.py``), writes only the rows that changed plus the audit rows derived from them
-(``history.py``), and bumps the scope's revision. ``write.py`` holds the transaction's steps.
-A save that changes nothing writes nothing and keeps the revision. Waiting for that lock is
-bounded by ``write_lock_timeout_seconds`` (SQLite's busy timeout, PostgreSQL's ``lock_timeout``,
-with ``write_statement_timeout_seconds`` as its ``statement_timeout``); running out is an outage.
+Saves (``saving.py``): one transaction under the scope's write lock that merges the document into
+the stored rows, writes only what changed with its audit rows, bumps the scope's revision and
+stores the document it leaves as the scope's snapshot. A save that changes nothing writes nothing
+and keeps the revision. Waiting for that lock is bounded by ``write_lock_timeout_seconds``
+(SQLite's busy timeout, PostgreSQL's ``lock_timeout``, with ``write_statement_timeout_seconds`` as
+its ``statement_timeout``); running out is an outage. A PostgreSQL connection found gone costs a
+read, or a save not yet committing, one more try (``retry.py``), not an error.
 
 The cache (``cache.py``) keeps, next to each document, a ``Snapshot`` of its rows. A save of a
 document loaded at the revision the store is still at (the usual case: no concurrent writer) is
@@ -26,53 +27,27 @@ import threading
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any, cast
+from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from memstore.config import get_memory_config
 from memstore.document import MemoryDocument, create_empty_memory, unstored_memory
-from memstore.errors import (
-    FoldTargetGoneError,
-    MalformedDocumentError,
-    StaleDocumentError,
-    StorageUnavailableError,
-)
-from memstore.metrics import FACTS_EVICTED, timed_storage
+from memstore.errors import MalformedDocumentError, StorageUnavailableError
+from memstore.metrics import timed_storage
 from memstore.retention import RetentionPolicy
 from memstore.scope import DEFAULT_IDENTITY, Identity, Scope, resolve_scope, scope_label
 from memstore.storage.base import MemoryStorage
 from memstore.storage.sql.documents import access
-from memstore.storage.sql.documents.cache import CacheEntry, entry_after, stamp
-from memstore.storage.sql.documents.codec import IncomingDocument, parse_document
-from memstore.storage.sql.documents.inherit import inherit_signals, inherited_signals
-from memstore.storage.sql.documents.json_values import copy_json
-from memstore.storage.sql.documents.links import with_known_targets
-from memstore.storage.sql.documents.load import LOAD_STATEMENTS, read_entry
-from memstore.storage.sql.documents.merge import Cap
+from memstore.storage.sql.documents.cache import CacheEntry, stamp
+from memstore.storage.sql.documents.codec import parse_document
+from memstore.storage.sql.documents.load import read_entry
+from memstore.storage.sql.documents.retry import read_twice
+from memstore.storage.sql.documents.saving import SqlSaves, TenantScope
 from memstore.storage.sql.documents.signals import SqlSignals
-from memstore.storage.sql.documents.statements import (
-    INSERT_SCOPE,
-    LOCK_QUERY,
-    MARK_CLEARED,
-    STAMP_QUERY,
-    UPDATE_SCOPE,
-    WRITE_TIMEOUTS,
-    scope_keys,
-)
-from memstore.storage.sql.documents.tenant_cap import refuse_over_cap
-from memstore.storage.sql.documents.write import (
-    apply_plan,
-    audit_folds,
-    complete_leased,
-    confirm_facts,
-    late_write,
-    plan_save,
-    refuse_unauthorised_sharing,
-    vanished_fold_targets,
-)
+from memstore.storage.sql.documents.statements import INSERT_SCOPE, STAMP_QUERY, scope_keys
 from memstore.storage.sql.engine import (
     SQLITE_BUSY_TIMEOUT_OPTION,
     SQLITE_WRITE_OPTION,
@@ -83,8 +58,6 @@ from memstore.storage.sql.engine import (
     is_outage,
     mask_url,
 )
-from memstore.storage.sql.identity import TIMEOUTS_AND_IDENTITY, identity_parameters, policies_apply
-from memstore.storage.sql.maintenance import erase as maintenance
 from memstore.storage.sql.queue.table import QueueLease
 from memstore.storage.sql.replica import Connect, ReadRouter
 from memstore.storage.sql.schema.migrate import prepare_once
@@ -93,15 +66,12 @@ from memstore.storage.sql.search.vector_store import SqlVectorStore
 
 logger = logging.getLogger(__name__)
 
-TenantScope = tuple[str, str | None, str | None]
-"""``(tenant_id, user_id, agent_name)``: what the cache keys on, so tenants never share an entry."""
-
 DEFAULT_ORIGIN = "unknown"
 CLEAR_ORIGIN = "erase"
 MAX_ORIGIN = 255
 
 
-class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
+class SqlMemoryStorage(SqlSaves, SqlSignals, SqlQueries, MemoryStorage):
     """Memory documents in SQL; ``database_url`` defaults to the configured one (embedded SQLite)."""
 
     def __init__(self, database_url: str | None = None, *, max_facts: int | None = None) -> None:
@@ -123,7 +93,6 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         read_url = config.database_read_url if self._url == database_url_from_config(config) else None
         self._routes = ReadRouter(self._sync_engine, read_url)
         self._insert_scope = INSERT_SCOPE[self._sync_engine.dialect.name]
-        self._load = LOAD_STATEMENTS[self._sync_engine.dialect.name]
         self._identity = DEFAULT_IDENTITY
         self._cache: dict[TenantScope, CacheEntry] = {}
         self._lock = threading.Lock()
@@ -202,8 +171,10 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         with self._lock:
             cached = self._cache.get(key)
         try:  # on the replica unless it misses this process's writes or goes back in time
-            entry = self._routes.load(
-                self._acting(scope[0]), key, lambda connect: self._fetch(connect, scope, cached), cached
+            entry = read_twice(
+                lambda: self._routes.load(
+                    self._acting(scope[0]), key, lambda connect: self._fetch(connect, scope, cached), cached
+                )
             )
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
@@ -214,7 +185,9 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         """The scope read from the primary, whatever the cache or the replica hold."""
         scope = resolve_scope(agent_name, user_id)
         try:
-            return self._kept(scope, self._fetch(lambda: self._reading(scope[0]), scope, None))
+            return self._kept(
+                scope, read_twice(lambda: self._fetch(lambda: self._reading(scope[0]), scope, None))
+            )
         except DBAPIError as exc:
             raise self._unavailable(exc) from exc
 
@@ -228,20 +201,20 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
             if row is not None and stamp(row) == cached.stamp:
                 return cached
         with connect() as conn:
-            return read_entry(conn, self._load, keys)
+            return read_entry(conn, keys)
 
     def _kept(self, scope: Scope, entry: CacheEntry | None) -> MemoryDocument:
-        """``entry`` cached (the scope forgotten when there is none) and its document copied out."""
-        with self._lock:
-            if entry is None:
-                self._cache.pop(self._key(scope), None)
-            else:
-                self._cache[self._key(scope)] = entry
+        """``entry`` cached (the scope forgotten when there is none) and a private copy of its document."""
         if entry is None:
+            with self._lock:
+                self._cache.pop(self._key(scope), None)
             document = unstored_memory()
             document["revision"] = 0
             return document
-        return cast(MemoryDocument, copy_json(entry.document))
+        document = entry.take()  # before the entry is cached: its first document is this caller's
+        with self._lock:
+            self._cache[self._key(scope)] = entry
+        return document
 
     def _unavailable(self, exc: Exception, doing: str = "read memory") -> StorageUnavailableError:
         return StorageUnavailableError(f"cannot {doing} at {self.url}: {self._describe(exc)}")
@@ -293,7 +266,9 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
             if cached is None:
                 incoming = parse_document(memory)
             else:
-                incoming = parse_document(memory, cached.snapshot.facts, cached.snapshot.sections)
+                known = cached.snapshot
+                text = known.text if known.comparable else None
+                incoming = parse_document(memory, known.facts, known.sections, text)
         except MalformedDocumentError as exc:
             logger.error("memory (%s) is malformed, not saved: %s", scope_label(scope), exc)
             return False
@@ -329,120 +304,6 @@ class SqlMemoryStorage(SqlSignals, SqlQueries, MemoryStorage):
         with self._lock:
             self._cache.pop(self._key(scope), None)
         return True
-
-    def _write(
-        self,
-        scope: Scope,
-        incoming: IncomingDocument,
-        origin: str,
-        *,
-        captured_at: datetime | None = None,
-        clear: bool = False,
-        cached: CacheEntry | None = None,
-        lease: QueueLease | None = None,
-        removals: Mapping[str, Mapping[str, Any]] | None = None,
-        confirmed: list[str] | None = None,
-        folded: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-    ) -> CacheEntry | None:
-        """Run the save transaction; returns what to cache, or None when there is nothing to cache.
-
-        ``cached`` is the cache entry ``incoming`` was parsed against, for the fast path.
-        """
-        tenant_id = self._identity.tenant_id
-        keys = scope_keys(scope, tenant_id)
-        now = datetime.now(UTC)
-        with self._engine.connect() as conn:
-            conn.execution_options(**self._write_options)
-            with conn.begin() as transaction:
-                if conn.dialect.name == "postgresql" and policies_apply(self._engine, conn):
-                    settings = {**self._pg_timeouts, **identity_parameters(self._acting(scope[0]))}
-                    conn.execute(TIMEOUTS_AND_IDENTITY, settings)
-                elif conn.dialect.name == "postgresql":
-                    conn.execute(WRITE_TIMEOUTS, self._pg_timeouts)
-                scope_row = conn.execute(LOCK_QUERY, keys).first()
-                created = scope_row is None
-                if scope_row is None:
-                    # No row to lock yet: serialise with an erase of this user, which could not see
-                    # the scope this transaction is about to create (PostgreSQL; SQLite has one writer).
-                    maintenance.lock_user(conn, scope[0], tenant_id)
-                    conn.execute(
-                        self._insert_scope,
-                        {"tenant_id": tenant_id, "user_id": scope[0], "agent_name": scope[1], "now": now},
-                    )
-                    scope_row = conn.execute(LOCK_QUERY, keys).one()
-                refusal = late_write(
-                    conn, tenant_id, scope, scope_row, incoming, captured_at, created=created
-                )
-                if refusal is not None:
-                    transaction.rollback()
-                    logger.warning("memory update (%s) dropped: %s", scope_label(scope), refusal)
-                    raise StaleDocumentError(f"memory not saved: {refusal}")
-                if clear:
-                    conn.execute(MARK_CLEARED, {"b_id": scope_row.scope_id, "b_now": now})
-                if confirmed and not created:  # first, so the cap ranks them as confirmed
-                    confirm_facts(conn, scope_row.scope_id, confirmed, now)
-                inherited = (
-                    inherited_signals(conn, tenant_id, scope, removals) if removals and not created else {}
-                )
-                cap = Cap(self._max_facts, self._retention, now, inherited)
-                incoming = with_known_targets(conn, None if created else scope_row.scope_id, incoming)
-                plan = plan_save(
-                    conn,
-                    scope_row,
-                    incoming,
-                    cached,
-                    cap,
-                    lambda: access.fact_signals(conn, tenant_id, scope),
-                )
-                refuse_unauthorised_sharing(plan, self._identity.roles)
-                refuse_over_cap(conn, self._engine, tenant_id, plan, self._tenant_max_facts)
-                for fact_id in plan.tombstones:
-                    if fact_id not in plan.removal_detail and removals and fact_id in removals:
-                        plan.removal_detail[fact_id] = dict(removals[fact_id])
-                if not plan.changed and clear:
-                    return None
-                gone = vanished_fold_targets(plan, folded)
-                if gone:
-                    transaction.rollback()
-                    raise FoldTargetGoneError(f"facts {sorted(gone)} were deleted by another writer")
-                if not plan.changed:
-                    if folded:  # into facts this save leaves as they are
-                        audit_folds(conn, scope_row.scope_id, scope_row.revision, now, origin, folded)
-                    if lease is not None and not created:
-                        # Nothing to save, but the conversation is done: settle it right here.
-                        complete_leased(transaction, conn, lease, now)
-                    elif not confirmed or created:
-                        transaction.rollback()
-                    if created:
-                        return None
-                    return entry_after(
-                        scope_row,
-                        scope_row.version,
-                        scope_row.scope_updated_at,
-                        scope_row.revision,
-                        plan,
-                        cached,
-                    )
-                if lease is not None:
-                    complete_leased(transaction, conn, lease, now)
-                exact = apply_plan(conn, tenant_id, scope_row.scope_id, plan, now, origin)
-                if folded:  # after the plan: a fold into a fact this save inserts follows its insert
-                    audit_folds(conn, scope_row.scope_id, plan.revision, now, origin, folded)
-                inherit_signals(conn, scope_row.scope_id, inherited)
-                conn.execute(
-                    UPDATE_SCOPE,
-                    {
-                        "b_id": scope_row.scope_id,
-                        "b_revision": plan.revision,
-                        "b_version": plan.version or scope_row.version,
-                        "b_now": now,
-                    },
-                )
-        FACTS_EVICTED.inc(plan.evictions)  # committed
-        self._routes.wrote(self._key(scope), scope_row.scope_id, plan.revision)
-        if not exact:  # the next load reads what was stored
-            return None
-        return entry_after(scope_row, plan.version or scope_row.version, now, plan.revision, plan, cached)
 
     def _describe(self, exc: Exception) -> str:
         return describe_db_error(exc, url=self._url)

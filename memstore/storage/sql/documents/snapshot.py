@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import compress, count, repeat
-from operator import attrgetter, is_not, ne
+from itertools import compress, count, islice, repeat
+from operator import attrgetter, is_not, lt, ne
+from typing import cast
 
 from memstore.retention import NO_SIGNALS, FactSignals
 from memstore.storage.sql.documents.codec import (
@@ -44,6 +45,13 @@ class Snapshot:
     positions: dict[str, int]
     owners: dict[str, str]  # content key -> id of the live fact that has it
     sections: dict[str, KnownSection]  # the stored section rows
+    text: bytes | None = None
+    """The facts as one JSON array of their ``KnownFact.text``; None when one has none."""
+    comparable: bool = False
+    """``text`` holds no ``null``: a caller's facts whose JSON is ``text`` are these (``orjson``
+    writes NaN as ``null``, so only then does equal text mean equal values: ``codec.parse_document``)."""
+    ordered: bool = False
+    """The positions rise strictly in document order: new facts go after the last."""
 
 
 def snapshot_of(
@@ -68,6 +76,37 @@ def snapshot_of(
             if old is not None and owners.get(old.fact.values.content_key) == fact_id:
                 del owners[old.fact.values.content_key]
         owners.update((values.content_key, values.fact_id) for values in fresh)
+    texts = list(map(_TEXT, entries.values()))
+    text = None if None in texts else b"".join((b"[", b",".join(cast(list[bytes], texts)), b"]"))
+    comparable = text is not None and b"null" not in text
+    by_id = dict(zip(entries, positions, strict=True))
+    ordered = all(map(lt, positions, islice(positions, 1, None)))
+    return Snapshot(entries, by_id, owners, _sections(sections, previous), text, comparable, ordered)
+
+
+def snapshot_appended(previous: Snapshot, plan: MergePlan) -> Snapshot:
+    """``snapshot_of`` the plan of an appending save (``MergePlan.appended``): ``previous`` plus its
+    inserts, at a cost that follows the facts added, not the scope's size."""
+    entries, positions, owners = dict(previous.facts), dict(previous.positions), dict(previous.owners)
+    added = [KnownFact.of(values) for values, _ in plan.inserts]
+    for known, (values, position) in zip(added, plan.inserts, strict=True):
+        entries[values.fact_id] = known
+        positions[values.fact_id] = position
+        owners[values.content_key] = values.fact_id
+    texts = list(map(_TEXT, added))
+    text, comparable = previous.text, previous.comparable
+    if text is not None and added:
+        if None in texts:
+            text, comparable = None, False
+        else:
+            tail = b",".join(cast(list[bytes], texts))
+            text = b"".join((text[:-1], b"," if previous.facts else b"", tail, b"]"))
+            comparable = comparable and b"null" not in tail
+    sections = _sections(plan.sections, previous)
+    return Snapshot(entries, positions, owners, sections, text, comparable, previous.ordered)
+
+
+def _sections(sections: dict[str, SectionValues], previous: Snapshot | None) -> dict[str, KnownSection]:
     old_sections = previous.sections if previous is not None else {}
     known_sections: dict[str, KnownSection] = {}
     for name, section in sections.items():
@@ -75,7 +114,7 @@ def snapshot_of(
         if old_section is None or old_section.values is not section:
             old_section = KnownSection(decode_section(section), section)
         known_sections[name] = old_section
-    return Snapshot(entries, dict(zip(entries, positions, strict=True)), owners, known_sections)
+    return known_sections
 
 
 def plan_from_snapshot(
@@ -99,6 +138,8 @@ def plan_from_snapshot(
     if incoming.facts is None:
         plan.facts = [entry.fact.values for entry in snapshot.facts.values()]
         plan.positions = list(snapshot.positions.values())
+    elif incoming.kept == len(snapshot.facts) and _appended(incoming.facts, snapshot, cap, plan):
+        pass
     elif not _facts_from_snapshot(incoming.facts, snapshot, cap, read_signals, plan):
         return None
     stored = {name: StoredSection(known.values, current) for name, known in snapshot.sections.items()}
@@ -106,6 +147,26 @@ def plan_from_snapshot(
     if incoming.version is not None and incoming.version != stored_version:
         plan.version = incoming.version
     return plan
+
+
+def _appended(facts: list[IncomingFact], snapshot: Snapshot, cap: Cap, plan: MergePlan) -> bool:
+    """``_facts_from_snapshot`` for the usual save, every stored fact kept in place and new ones
+    after them, in the cost of the new ones; False (nothing planned) for any other."""
+    tail = facts[len(snapshot.facts) :]
+    if not snapshot.ordered or any(map(_GENERATED, tail)):
+        return False
+    # The tail's ids are none of the snapshot's (``codec`` renames a repeated id, and marks it made up).
+    _, wins = claim_content_keys((), [fact.values.content_key for fact in tail], snapshot.owners.__contains__)
+    added = list(compress(map(_VALUES, tail), wins))
+    if added and len(snapshot.facts) + len(added) > cap.max_facts:
+        return False
+    last = next(reversed(snapshot.positions.values()), -1)
+    new_positions = range(last + 1, last + 1 + len(added))
+    plan.facts = [*map(_ENTRY_VALUES, snapshot.facts.values()), *added]
+    plan.positions = [*snapshot.positions.values(), *new_positions]
+    plan.inserts = list(zip(added, new_positions, strict=True))
+    plan.appended = True
+    return True
 
 
 def _facts_from_snapshot(
@@ -199,6 +260,7 @@ def _facts_from_snapshot(
     return True
 
 
+_TEXT = attrgetter("text")
 _GENERATED = attrgetter("generated_id")
 _FACT_ID = attrgetter("values.fact_id")
 _FACT = attrgetter("fact")
@@ -207,5 +269,5 @@ _ID = attrgetter("fact_id")
 _ENTRY_VALUES = attrgetter("fact.values")
 # Stands in for "not in the snapshot", so C-level passes need no None checks.
 _ABSENT = KnownFact(
-    {}, IncomingFact(FactValues("", "", "", 0.0, None, None, None, {}), generated_id=False), ()
+    {}, IncomingFact(FactValues("", "", "", 0.0, None, None, None, {}), generated_id=False), (), None, True
 )

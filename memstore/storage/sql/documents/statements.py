@@ -1,15 +1,18 @@
 """Every SQL statement the provider runs on the document path, built once at import.
 
 Loads, the write lock, fact and section writes, the scope bump and audit inserts. Cross-scope
-queries live in ``queries.py`` and maintenance in ``maintenance.py``.
+queries live in ``queries.py`` and maintenance in ``maintenance.py``. The ``RUN_*`` ones, which
+every save runs, go through the driver's cursor (``driver.DriverStatement``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from sqlalchemy import (
     JSON,
+    Connection,
     and_,
     bindparam,
     delete,
@@ -24,7 +27,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
+from memstore.document import as_utc
 from memstore.scope import Scope, validate_user_id
+from memstore.storage.sql.driver import DriverStatement
 from memstore.storage.sql.schema.models import facts_table as _facts
 from memstore.storage.sql.schema.models import grants_table as _grants
 from memstore.storage.sql.schema.models import history_table as _history
@@ -73,11 +78,46 @@ LOCK_QUERY = (
     .where(SCOPE_MATCH)
     .with_for_update()
 )
+_LOCK = DriverStatement(LOCK_QUERY)
+
+
+class ScopeRow(NamedTuple):
+    """The scope row a save locks (``LOCK_QUERY``)."""
+
+    scope_id: int
+    revision: int
+    version: str
+    scope_created_at: datetime
+    scope_updated_at: datetime
+    cleared_at: datetime | None
+    purged_revision: int
+
+
+def lock_scope(conn: Connection, keys: dict[str, str]) -> ScopeRow | None:
+    """Lock the scope ``keys`` names for this transaction and read it; None when there is none."""
+    rows = _LOCK.run(conn, keys)
+    if not rows:
+        return None
+    scope_id, revision, version, created_at, updated_at, cleared_at, purged_revision = rows[0]
+    cleared = None if cleared_at is None else scope_time(cleared_at)
+    return ScopeRow(
+        scope_id, revision, version, scope_time(created_at), scope_time(updated_at), cleared, purged_revision
+    )
+
+
+def scope_time(value: datetime | str) -> datetime:
+    """A scope row's stamp from the driver: a datetime from psycopg, SQLAlchemy's text from SQLite
+    (``YYYY-MM-DD HH:MM:SS.ffffff``, UTC)."""
+    parsed = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return as_utc(parsed) or datetime.min
+
+
 # PostgreSQL's SET LOCAL, as one statement that takes bind parameters: both end with the transaction.
 WRITE_TIMEOUTS = select(
     func.set_config("lock_timeout", bindparam("lock_timeout"), true()),
     func.set_config("statement_timeout", bindparam("statement_timeout"), true()),
 )
+RUN_WRITE_TIMEOUTS = DriverStatement(WRITE_TIMEOUTS)
 MARK_CLEARED = (
     update(_scopes)
     .where(_scopes.c.id == bindparam("b_id"))
@@ -190,6 +230,7 @@ def _insert_facts(dialect: Any) -> Any:
 
 
 INSERT_FACTS = {"sqlite": _insert_facts(sqlite), "postgresql": _insert_facts(postgresql)}
+RUN_INSERT_FACTS = {dialect: DriverStatement(statement) for dialect, statement in INSERT_FACTS.items()}
 UPDATE_SECTION = (
     update(_sections)
     .where(_sections.c.scope_id == bindparam("b_scope_id"), _sections.c.section == bindparam("b_section"))
@@ -209,6 +250,7 @@ UPDATE_SCOPE = (
         updated_at=bindparam("b_now", type_=_scopes.c.updated_at.type),
     )
 )
+RUN_UPDATE_SCOPE = DriverStatement(UPDATE_SCOPE)
 # before/after are SQL NULL (not JSON null) for inserts and deletes, so "before IS NULL" works.
 _NULLABLE_JSON = JSON(none_as_null=True).with_variant(postgresql.JSONB(none_as_null=True), "postgresql")
 INSERT_HISTORY = insert(_history).values(
@@ -231,6 +273,7 @@ INSERT_HISTORY = insert(_history).values(
     )
     .scalar_subquery(),
 )
+RUN_INSERT_HISTORY = DriverStatement(INSERT_HISTORY)
 # A merged fact takes over its sources' signals (``write.inherit_signals``).
 SET_SIGNALS = (
     update(_facts)

@@ -38,16 +38,18 @@ from memstore.storage.sql.documents.statements import (
     DELETE_GRANTS,
     FACTS_QUERY,
     GRANTS_QUERY,
-    INSERT_FACTS,
     INSERT_GRANT,
     INSERT_HISTORY,
     MAX_BOUND_IDS,
     MOVE_FACT,
+    RUN_INSERT_FACTS,
+    RUN_INSERT_HISTORY,
     SECTIONS_QUERY,
     TOMBSTONE_FACTS,
     TOMBSTONES_QUERY,
     UPDATE_FACT,
     UPDATE_SECTION,
+    ScopeRow,
     scope_keys,
 )
 from memstore.storage.sql.maintenance import erase as maintenance
@@ -60,7 +62,7 @@ def late_write(
     conn: Connection,
     tenant_id: str,
     scope: Scope,
-    scope_row: AnyRow,
+    scope_row: ScopeRow,
     incoming: IncomingDocument,
     captured_at: datetime | None,
     *,
@@ -94,7 +96,7 @@ def late_write(
 
 def plan_save(
     conn: Connection,
-    scope_row: AnyRow,
+    scope_row: ScopeRow,
     incoming: IncomingDocument,
     cached: CacheEntry | None,
     cap: Cap,
@@ -235,8 +237,8 @@ def apply_plan(
             ],
         )
     if plan.inserts:
-        conn.execute(
-            INSERT_FACTS[conn.dialect.name],
+        RUN_INSERT_FACTS[conn.dialect.name].run(
+            conn,
             [
                 {
                     "scope_id": scope_id,
@@ -283,8 +285,8 @@ def apply_plan(
             ],
         )
     if plan.changes:
-        conn.execute(
-            INSERT_HISTORY,
+        RUN_INSERT_HISTORY.run(
+            conn,
             [
                 {
                     "b_scope_id": scope_id,

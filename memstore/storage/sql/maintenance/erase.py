@@ -56,6 +56,7 @@ from memstore.storage.sql.schema.models import scopes_table as _scopes
 from memstore.storage.sql.schema.models import sections_table as _sections
 from memstore.storage.sql.schema.models import session_turns_table as _session_turns
 from memstore.storage.sql.schema.models import sessions_table as _sessions
+from memstore.storage.sql.schema.models import snapshots_table as _snapshots
 from memstore.storage.sql.schema.models import store_item_history_table as _store_history
 from memstore.storage.sql.schema.models import store_items_table as _store_items
 from memstore.storage.sql.schema.models import tags_table as _tags
@@ -118,6 +119,9 @@ def erase_user(
                     .scalars()
                     .all()
                 )
+                # Others' facts shared with the user lose its grants below without a new revision:
+                # their scopes' derived snapshots go, so their loads read the rows (documents/stored.py).
+                _delete_where(conn, _snapshots, _shared_with(tenant_id, user_id))
                 counts = {
                     "memory_history": _delete(conn, _history, scope_ids),
                     # The user's own grants go with its facts; these name it on others' facts.
@@ -175,6 +179,17 @@ def erase_user(
 def _sqlite_pragma(conn: Connection, pragma: str) -> object:
     rows = driver_execute(conn, f"PRAGMA {pragma}")
     return rows[0][0] if rows else None
+
+
+def _shared_with(tenant_id: str, user_id: str) -> ColumnElement[bool]:
+    """A snapshot whose scope holds a fact shared with ``user_id`` by name (joined on ``scope_id``,
+    so a distributed database runs it shard by shard: docs/scale.md)."""
+    return exists().where(
+        _grants.c.scope_id == _snapshots.c.scope_id,
+        _grants.c.tenant_id == tenant_id,
+        _grants.c.grantee_kind == "user",
+        _grants.c.grantee == user_id,
+    )
 
 
 def _delete(conn: Connection, table: Table, scope_ids: list[int]) -> int:

@@ -347,6 +347,26 @@ class MemoryHistory(Base):
     )
 
 
+class MemoryScopeSnapshot(Base):
+    """Derived, never a source of truth: a scope's document as the save that made ``revision`` wrote it.
+
+    A cold load reads it in place of the rows while ``revision`` equals the scope's; any other
+    writer moves the scope's revision without it, and the load reads the rows again until the next
+    save. ``document`` holds the JSON of the ``user``, ``history`` and ``facts`` keys; ``layout``
+    what the document does not say (the facts' stored positions, the sections that have a row),
+    for the next save. Deleting any of these rows loses nothing (docs/schema.md).
+    """
+
+    __tablename__ = "memory_scope_snapshots"
+
+    scope_id: Mapped[int] = mapped_column(
+        Id, ForeignKey("memory_scopes.id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer, nullable=False)
+    document: Mapped[str] = mapped_column(Text, nullable=False)
+    layout: Mapped[str] = mapped_column(Text, nullable=False)
+
+
 class MemoryErasure(Base):
     """One row per erased user, keyed by a SHA-256 digest so the user id itself is gone.
 
@@ -375,6 +395,7 @@ facts_table = _table(MemoryFact)
 history_table = _table(MemoryHistory)
 embeddings_table = _table(MemoryFactEmbedding)
 erasures_table = _table(MemoryErasure)
+snapshots_table = _table(MemoryScopeSnapshot)
 queue_table = _table(MemoryQueueItem)
 claims_table = _table(MemoryQueueClaim)
 grants_table = _table(MemoryFactGrant)

@@ -1,4 +1,4 @@
-"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 to 0012.
+"""PostgreSQL row-level security on every memory table, created by Alembic revisions 0008 to 0013.
 
 Each policy reads the identity memstore sets at the start of every transaction with
 ``set_config(name, value, true)`` (``storage/sql/identity.py``): ``memstore.tenant_id``,
@@ -13,7 +13,7 @@ The rules (docs/operations.md, "Tenants and row-level security"):
 - a scope row (ids, agent name, revision: no memory): read by everyone in its tenant, so a
   shared fact can be joined to its agent; written by its owner (``admin`` may bump its revision,
   to edit a shared fact in it);
-- a scope's sections, queue rows and claims: the owner only;
+- a scope's sections, its derived snapshot (revision 0013), queue rows and claims: the owner only;
 - a fact: its owner; ``public`` ones everyone in the tenant; ``shared`` ones the granted users and
   roles, and ``admin``. Writes: the owner, and ``admin`` on shared and public facts;
 - grants: the owner of the fact, the grantee, ``admin``;
@@ -79,6 +79,10 @@ POLICIES: dict[str, tuple[tuple[str, str, str | None, str | None], ...]] = {
         ),
     ),
     "memory_sections": (("memstore_owner", "ALL", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),),
+    # A scope's derived document (revision 0013): its owner's, like the sections it repeats.
+    "memory_scope_snapshots": (
+        ("memstore_owner", "ALL", f"scope_id IN {OWN_SCOPES}", f"scope_id IN {OWN_SCOPES}"),
+    ),
     "memory_facts": (
         ("memstore_read", "SELECT", _FACT_READABLE, None),
         ("memstore_owner_insert", "INSERT", None, _FACT_OWNED),

@@ -60,6 +60,7 @@ def create_statement(role: str) -> str:
 UPDATABLE: dict[str, tuple[str, ...]] = {
     "memory_scopes": ("revision", "version", "updated_at", "cleared_at", "purged_revision"),
     "memory_sections": ("summary", "updated_at", "extra", "revision"),
+    "memory_scope_snapshots": ("revision", "document", "layout"),
     "memory_facts": (
         "position",
         "content",
