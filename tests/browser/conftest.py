@@ -51,9 +51,14 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """One headless Chromium per test module.
+
+    Not per session: Playwright's sync API keeps an event loop running on the thread while it is
+    open, and a later test of another module on the same xdist worker could then not call
+    ``asyncio.run``. Pytest closes a module's fixtures before the next module's test runs.
+    """
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
