@@ -9,9 +9,10 @@ transaction, so a cold load reads one row instead of building the document from 
 A load uses it only while its ``revision`` equals the scope's, so a writer that does not maintain
 it (this revision's predecessors, a DBA's ``UPDATE``) only costs loads their speed, never their
 exactness. It starts empty: each scope's next save fills it in. On PostgreSQL it is under
-row-level security (its scope's owner only, like ``memory_sections``), and every role that
-already reads ``memory_facts`` (the application role of ``memstore db grant-app-role``) is granted
-it.
+row-level security (its scope's owner only, like ``memory_sections``), and every role that holds
+a privilege on ``memory_facts`` (the application role of ``memstore db grant-app-role``) is given
+the same one on it, each separately: a role that only reads facts only reads snapshots, and ``UPDATE``
+on any of the facts' columns gives ``UPDATE`` on the snapshot's.
 
 Downgrade drops the table; nothing else refers to it.
 """
@@ -29,17 +30,25 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _TABLE = "memory_scope_snapshots"
-_GRANT_READERS = f"""
+_GRANT_AS_FACTS = f"""
 DO $$
-DECLARE reader record;
+DECLARE held record;
 BEGIN
-  FOR reader IN
-    SELECT DISTINCT r.rolname FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+  FOR held IN
+    SELECT r.rolname, a.privilege_type FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
     JOIN pg_roles r ON r.oid = a.grantee
-    WHERE c.oid = 'memory_facts'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+    WHERE c.oid = 'memory_facts'::regclass AND a.grantee <> c.relowner
+      AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+    UNION
+    SELECT r.rolname, a.privilege_type FROM pg_attribute t CROSS JOIN LATERAL aclexplode(t.attacl) a
+    JOIN pg_roles r ON r.oid = a.grantee JOIN pg_class c ON c.oid = t.attrelid
+    WHERE t.attrelid = 'memory_facts'::regclass AND a.grantee <> c.relowner AND a.privilege_type = 'UPDATE'
   LOOP
-    EXECUTE format('GRANT SELECT, INSERT, DELETE ON TABLE {_TABLE} TO %I', reader.rolname);
-    EXECUTE format('GRANT UPDATE (revision, document, layout) ON TABLE {_TABLE} TO %I', reader.rolname);
+    IF held.privilege_type = 'UPDATE' THEN
+      EXECUTE format('GRANT UPDATE (revision, document, layout) ON TABLE {_TABLE} TO %I', held.rolname);
+    ELSE
+      EXECUTE format('GRANT %s ON TABLE {_TABLE} TO %I', held.privilege_type, held.rolname);
+    END IF;
   END LOOP;
 END $$"""
 
@@ -62,7 +71,7 @@ def upgrade() -> None:
     if op.get_context().dialect.name == "postgresql":
         for statement in rls.create_statements((_TABLE,)):
             op.execute(statement)
-        op.execute(_GRANT_READERS)
+        op.execute(_GRANT_AS_FACTS)
 
 
 def downgrade() -> None:

@@ -21,15 +21,23 @@ ALTER TABLE memory_scope_snapshots FORCE ROW LEVEL SECURITY;
 CREATE POLICY memstore_owner ON memory_scope_snapshots FOR ALL USING (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true))) WITH CHECK (scope_id IN (SELECT s.id FROM memory_scopes s WHERE s.tenant_id = current_setting('memstore.tenant_id', true) AND coalesce(s.user_id, '') = current_setting('memstore.user_id', true)));
 
 DO $$
-DECLARE reader record;
+DECLARE held record;
 BEGIN
-  FOR reader IN
-    SELECT DISTINCT r.rolname FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
+  FOR held IN
+    SELECT r.rolname, a.privilege_type FROM pg_class c CROSS JOIN LATERAL aclexplode(c.relacl) a
     JOIN pg_roles r ON r.oid = a.grantee
-    WHERE c.oid = 'memory_facts'::regclass AND a.privilege_type = 'SELECT' AND a.grantee <> c.relowner
+    WHERE c.oid = 'memory_facts'::regclass AND a.grantee <> c.relowner
+      AND a.privilege_type IN ('SELECT', 'INSERT', 'UPDATE', 'DELETE')
+    UNION
+    SELECT r.rolname, a.privilege_type FROM pg_attribute t CROSS JOIN LATERAL aclexplode(t.attacl) a
+    JOIN pg_roles r ON r.oid = a.grantee JOIN pg_class c ON c.oid = t.attrelid
+    WHERE t.attrelid = 'memory_facts'::regclass AND a.grantee <> c.relowner AND a.privilege_type = 'UPDATE'
   LOOP
-    EXECUTE format('GRANT SELECT, INSERT, DELETE ON TABLE memory_scope_snapshots TO %I', reader.rolname);
-    EXECUTE format('GRANT UPDATE (revision, document, layout) ON TABLE memory_scope_snapshots TO %I', reader.rolname);
+    IF held.privilege_type = 'UPDATE' THEN
+      EXECUTE format('GRANT UPDATE (revision, document, layout) ON TABLE memory_scope_snapshots TO %I', held.rolname);
+    ELSE
+      EXECUTE format('GRANT %s ON TABLE memory_scope_snapshots TO %I', held.privilege_type, held.rolname);
+    END IF;
   END LOOP;
 END $$;
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 
 from memstore.agent_doc import MAIN_DOC_PATH, DocScope
 from memstore.config import MemoryConfig, set_memory_config
@@ -24,7 +24,7 @@ from memstore.storage.loader import get_memory_storage, reset_memory_storage
 from memstore.storage.sessions.loader import reset_session_stores
 from memstore.storage.sql.engine import dispose_engines, get_engine
 from memstore.storage.sql.queue.table import QueuedConversation, enqueue
-from memstore.storage.sql.schema.models import facts_table, queue_table, scopes_table, snapshots_table
+from memstore.storage.sql.schema.models import facts_table, queue_table, scopes_table
 
 SCRIPT_FACT = "Alice likes tea <script>window.__pwned = 'script'</script>"
 IMG_FACT = "Alice drives <img src=x onerror=\"window.__pwned = 'img'\"> a bike"
@@ -126,8 +126,13 @@ def age_fact(url: str, user: str, fact_id: str) -> None:
             .where(facts_table.c.fact_id == fact_id, facts_table.c.scope_id.in_(scopes))
             .values(created_at=datetime.now(UTC) - timedelta(days=730))
         )
-        # A hand edit of fact rows moves no revision: drop the derived snapshot (docs/schema.md).
-        conn.execute(delete(snapshots_table).where(snapshots_table.c.scope_id.in_(scopes)))
+        # A hand edit of a document's rows moves its scope's revision (docs/schema.md), so caches
+        # and the derived snapshot stop being current.
+        conn.execute(
+            update(scopes_table)
+            .where(scopes_table.c.id.in_(scopes))
+            .values(revision=scopes_table.c.revision + 1)
+        )
 
 
 def _queue(url: str) -> tuple[int, int]:

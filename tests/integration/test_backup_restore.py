@@ -157,8 +157,8 @@ def _populate(url: str) -> None:
             )
         )
         conn.execute(update(scopes_table).where(scopes_table.c.user_id == "bob").values(purged_revision=1))
-        # Edits by hand that keep the revision: the saves' derived snapshots go (docs/schema.md).
-        conn.execute(text("DELETE FROM memory_scope_snapshots"))
+        # Edits by hand move the scopes' revisions (docs/schema.md): the saves' snapshots stop being current.
+        conn.execute(text("UPDATE memory_scopes SET revision = revision + 1"))
         first = select(history_table.c.id).order_by(history_table.c.id.desc()).limit(1).scalar_subquery()
         conn.execute(
             update(history_table)

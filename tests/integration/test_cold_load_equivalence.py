@@ -211,9 +211,9 @@ def test_rows_a_dba_wrote_by_hand_load_as_the_codec_reads_them(sql_url: str) -> 
             conn.execute(text("UPDATE memory_sections SET extra = 7"))
         else:
             conn.execute(text("UPDATE memory_facts SET confidence = '-0'::float8 WHERE fact_id = 'f6'"))
-        # The save's derived snapshot says what the rows said before: a hand edit that keeps the
-        # revision drops it, as docs/schema.md asks, so the load reads the rows.
-        conn.execute(text("DELETE FROM memory_scope_snapshots"))
+        # The save's derived snapshot says what the rows said before: a hand edit moves the
+        # revision, as docs/schema.md asks, so the load reads the rows.
+        conn.execute(text("UPDATE memory_scopes SET revision = revision + 1"))
     loaded = SqlMemoryStorage(sql_url).reload(user_id="alice")
     _same(loaded, _oracle(engine, "alice", None))
     assert loaded["facts"][0]["confidence"] == tiny

@@ -112,6 +112,10 @@ def _clear() -> None:
 
 
 def _erase() -> None:
+    # Bob shares a fact with Alice by name: her erase moves his scope to a new revision too.
+    create_memory_fact(
+        "Bob lends Alice a book", user_id="bob", roles=["editor"], visibility="shared", allowed_users=[USER]
+    )
     erase_user(USER)
 
 
@@ -207,9 +211,9 @@ CROSS_USER = [
         "erase: the user leaves others' grants",
     ),
     (
-        r"^DELETE FROM memory_scope_snapshots WHERE EXISTS \(SELECT .*grantee = ",
-        "memory_scope_snapshots",
-        "erase: (before that) the derived snapshots of the scopes holding those grants",
+        r"^SELECT DISTINCT memory_fact_grants\.scope_id FROM memory_fact_grants WHERE .*grantee = ",
+        "memory_fact_grants",
+        "erase: (before that) which scopes hold those grants, each then moved to a new revision",
     ),
     (
         r"^UPDATE memory_agent_document\w* SET actor=",

@@ -15,20 +15,26 @@ through an application role bound by row-level security.
 from __future__ import annotations
 
 import json
+import os
 import random
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from memstore.document import SECTION_GROUPS
 from memstore.storage.sql import SqlMemoryStorage
+from memstore.storage.sql.documents import saving
+from memstore.storage.sql.documents.cache import CacheEntry
 from memstore.storage.sql.documents.load import read_entry
 from memstore.storage.sql.documents.statements import scope_keys
-from memstore.storage.sql.engine import get_engine
+from memstore.storage.sql.documents.stored import write_snapshot
+from memstore.storage.sql.engine import dispose_engines, get_engine
 from memstore.storage.sql.maintenance.erase import erase_user, vacuum
+from memstore.storage.sql.schema import migrate
 from tests.support.app_role import app_role_url
 
 SCOPES = [("alice", None), ("alice", "coder"), ("bob", None)]
@@ -194,3 +200,122 @@ def test_a_hand_edit_that_moves_the_revision_is_read_from_the_rows(sql_url: str)
     document["facts"].append({"id": "f2", "content": "after", "category": "context"})
     assert storage.save(document, user_id="a")
     assert _check(sql_url) == 1  # the next save writes it again
+
+
+_SHARED = {
+    "id": "f1",
+    "content": "shared",
+    "category": "context",
+    "visibility": "shared",
+    "allowedUsers": ["bob"],
+}
+
+
+def _grants_to_bob(url: str) -> int:
+    with get_engine(url).connect() as conn:
+        return int(
+            conn.execute(text("SELECT count(*) FROM memory_fact_grants WHERE grantee = 'bob'")).scalar_one()
+        )
+
+
+def test_an_erase_reaches_warm_caches_and_documents_loaded_before_it(sql_url: str) -> None:
+    """Erasing bob moves the revision of alice's scope, whose fact named him: a process that cached
+    her document before the erase loads it again, its fast-path save writes no snapshot granting bob,
+    and a document loaded before the erase that edits the fact keeps the stored one (no bob)."""
+    first, second = (SqlMemoryStorage(sql_url).for_identity(roles=["editor"]) for _ in range(2))
+    assert first.save({"facts": [_SHARED]}, user_id="alice")
+    assert first.load(user_id="alice")["facts"][0]["allowedUsers"] == ["bob"]  # cached
+    before_erase = second.load(user_id="alice")
+    erase_user(get_engine(sql_url), "bob", datetime.now(UTC))
+    assert _check(sql_url) == 0  # the scope moved past its snapshot
+
+    document = first.load(user_id="alice")
+    assert "allowedUsers" not in document["facts"][0]
+    document["facts"].append({"id": "f2", "content": "unrelated", "category": "context"})
+    assert first.save(document, user_id="alice")  # the fast path, from what was loaded after the erase
+    assert _check(sql_url) == 1
+
+    before_erase["facts"][0]["content"] = "edited"  # a document loaded before the erase
+    assert second.save(before_erase, user_id="alice")
+    fresh = SqlMemoryStorage(sql_url).reload(user_id="alice")
+    assert [fact.get("allowedUsers") for fact in fresh["facts"]] == [None, None]
+    assert fresh["facts"][0]["content"] == "shared"  # the erase changed it first: first committer wins
+    assert _grants_to_bob(sql_url) == 0
+    _check(sql_url)
+
+
+@pytest.mark.postgres
+def test_an_erase_waiting_on_a_save_of_a_scope_it_ungrants_leaves_no_current_snapshot_naming_the_user(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save of alice's scope holds its lock, paused before it writes the snapshot, while bob's erase
+    waits for that lock; the save's snapshot, which still grants bob, is then no longer current."""
+    storage = SqlMemoryStorage(postgres_url).for_identity(roles=["editor"])
+    assert storage.save({"facts": [_SHARED]}, user_id="alice")
+    reached, go = threading.Event(), threading.Event()
+
+    def paused(conn: Any, scope_id: int, entry: CacheEntry) -> None:
+        reached.set()
+        assert go.wait(60)
+        write_snapshot(conn, scope_id, entry)
+
+    monkeypatch.setattr(saving, "write_snapshot", paused)
+    added = {"id": "f2", "content": "new", "category": "context"}
+    writer = SqlMemoryStorage(postgres_url).for_identity(roles=["editor"])  # no cache: the rows path
+    save = threading.Thread(target=lambda: writer.save({"facts": [_SHARED, added]}, user_id="alice"))
+    save.start()
+    assert reached.wait(60)
+    erase = threading.Thread(target=lambda: erase_user(get_engine(postgres_url), "bob", datetime.now(UTC)))
+    erase.start()
+    with get_engine(postgres_url).connect() as conn:  # until the erase waits on the scope's row lock
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%'"
+        )
+        while erase.is_alive() and not conn.execute(text(waiting)).scalar_one():
+            conn.rollback()
+    go.set()
+    save.join(60)
+    erase.join(60)
+    assert not save.is_alive() and not erase.is_alive()
+    monkeypatch.undo()
+    assert _check(postgres_url) == 0
+    fresh = SqlMemoryStorage(postgres_url).reload(user_id="alice")
+    assert [fact.get("allowedUsers") for fact in fresh["facts"]] == [None, None]
+    assert _grants_to_bob(postgres_url) == 0
+
+
+@pytest.mark.postgres
+def test_the_migration_gives_each_role_on_snapshots_only_what_it_holds_on_facts(pg_url: str) -> None:
+    """Revision 0013 mirrors each privilege on ``memory_facts`` separately: a role that only reads
+    facts reads snapshots and writes none; one that writes facts writes snapshots too."""
+    migrate.upgrade(pg_url, "0012")
+    suffix = os.urandom(4).hex()
+    reader, writer = f"memstore_reader_{suffix}", f"memstore_writer_{suffix}"
+    owner = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    try:
+        with owner.connect() as conn:
+            conn.execute(text(f"CREATE ROLE {reader} NOLOGIN"))
+            conn.execute(text(f"CREATE ROLE {writer} NOLOGIN"))
+            conn.execute(text(f"GRANT SELECT ON memory_facts TO {reader}"))
+            conn.execute(text(f"GRANT SELECT, INSERT, DELETE ON memory_facts TO {writer}"))
+            conn.execute(text(f"GRANT UPDATE (content, updated_revision) ON memory_facts TO {writer}"))
+        migrate.upgrade(pg_url)
+        table = "SELECT has_table_privilege(:role, 'memory_scope_snapshots', :privilege)"
+        column = "SELECT has_column_privilege(:role, 'memory_scope_snapshots', 'document', 'UPDATE')"
+        with owner.connect() as conn:
+            for role, writes in ((reader, False), (writer, True)):
+                held = {
+                    privilege: conn.execute(text(table), {"role": role, "privilege": privilege}).scalar_one()
+                    for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE")
+                }
+                # UPDATE only of the columns a save rewrites, not of the table.
+                assert held == {"SELECT": True, "INSERT": writes, "UPDATE": False, "DELETE": writes}, role
+                assert conn.execute(text(column), {"role": role}).scalar_one() is writes, role
+    finally:
+        dispose_engines()
+        with owner.connect() as conn:
+            for role in (reader, writer):
+                conn.execute(text(f"DROP OWNED BY {role}"))
+                conn.execute(text(f"DROP ROLE {role}"))
+        owner.dispose()

@@ -387,7 +387,7 @@ def test_a_non_object_extra_written_by_hand_does_not_break_loading(sql_url: str)
     assert storage.save(_doc(_fact(1, "hand edited")), user_id="alice")
     with get_engine(sql_url).begin() as conn:
         conn.execute(text("UPDATE memory_facts SET extra = '[1, 2]'"))
-        conn.execute(text("DELETE FROM memory_scope_snapshots"))  # a hand edit: the rows are read
+        conn.execute(text("UPDATE memory_scopes SET revision = revision + 1"))  # a hand edit: rows are read
     assert _contents(SqlMemoryStorage(sql_url).load(user_id="alice")) == ["hand edited"]
 
 

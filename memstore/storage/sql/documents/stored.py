@@ -6,8 +6,8 @@ of text, instead of building the document from every fact row, but only while it
 the scope's (``SNAPSHOT_JOIN``): every writer that changes a document moves the scope's revision,
 which is what the provider's caches rely on too, so a writer that does not write the snapshot (an
 older memstore, a DBA, a save whose rows differ from its plan) makes loads read the rows again
-until the next save. An erase deletes it with the scope; ``erase_user`` also deletes the snapshots
-of the scopes whose facts were shared with the erased user (their grants go, their revisions stay).
+until the next save. An erase deletes it with the scope; ``erase_user`` moves the revision of the
+scopes whose facts were shared with the erased user (their grants go) and deletes their snapshots.
 
 The row also keeps what the document does not say and the next save needs to plan against it
 (``layout``): the facts' stored positions and which sections have a row. A snapshot rebuilt from

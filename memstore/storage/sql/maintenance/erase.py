@@ -17,6 +17,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Table,
+    bindparam,
     case,
     delete,
     exists,
@@ -31,6 +32,7 @@ from sqlalchemy.exc import OperationalError
 
 from memstore.scope import DEFAULT_TENANT_ID, validate_tenant_id
 from memstore.storage.sql.agent_docs.store import erase_user_documents
+from memstore.storage.sql.documents.grants import SHARED
 from memstore.storage.sql.documents.statements import user_is
 from memstore.storage.sql.engine import SQLITE_WRITE_OPTION, driver_execute
 from memstore.storage.sql.maintenance.history_months import (
@@ -119,9 +121,7 @@ def erase_user(
                     .scalars()
                     .all()
                 )
-                # Others' facts shared with the user lose its grants below without a new revision:
-                # their scopes' derived snapshots go, so their loads read the rows (documents/stored.py).
-                _delete_where(conn, _snapshots, _shared_with(tenant_id, user_id))
+                _unshare(conn, tenant_id, user_id, now)
                 counts = {
                     "memory_history": _delete(conn, _history, scope_ids),
                     # The user's own grants go with its facts; these name it on others' facts.
@@ -181,15 +181,52 @@ def _sqlite_pragma(conn: Connection, pragma: str) -> object:
     return rows[0][0] if rows else None
 
 
-def _shared_with(tenant_id: str, user_id: str) -> ColumnElement[bool]:
-    """A snapshot whose scope holds a fact shared with ``user_id`` by name (joined on ``scope_id``,
-    so a distributed database runs it shard by shard: docs/scale.md)."""
-    return exists().where(
-        _grants.c.scope_id == _snapshots.c.scope_id,
-        _grants.c.tenant_id == tenant_id,
-        _grants.c.grantee_kind == "user",
-        _grants.c.grantee == user_id,
+def _unshare(conn: Connection, tenant_id: str, user_id: str, now: datetime) -> None:
+    """Move every scope holding a fact shared with ``user_id`` by name to a new revision, before
+    ``erase_user`` deletes those grants: their documents change, so, as for a save, the scope's row
+    lock waits for a save under way, every process's cache and derived snapshot stop being current,
+    and each such live fact is marked updated at it, so a document loaded before the erase keeps the
+    stored fact (``merge.py``: first committer wins) instead of granting the user it again as the
+    caller's edit. The snapshots go too: their text names the user. Locked in ``id`` order, so two
+    erases never deadlock; per scope, so a distributed database runs each on one shard."""
+    named = (
+        (_grants.c.tenant_id == tenant_id)
+        & (_grants.c.grantee_kind == "user")
+        & (_grants.c.grantee == user_id)
     )
+    sharing = list(conn.execute(select(_grants.c.scope_id).where(named).distinct()).scalars())
+    if not sharing:
+        return
+    locked = conn.execute(
+        select(_scopes.c.id, _scopes.c.revision)
+        .where(_scopes.c.id.in_(sharing))
+        .order_by(_scopes.c.id)
+        .with_for_update()
+    ).all()
+    bumps = [{"b_id": scope_id, "b_revision": revision + 1, "b_now": now} for scope_id, revision in locked]
+    if not bumps:  # the scopes went meanwhile (an erase of their owners)
+        return
+    conn.execute(
+        update(_scopes)
+        .where(_scopes.c.id == bindparam("b_id"))
+        .values(
+            revision=bindparam("b_revision"), updated_at=bindparam("b_now", type_=_scopes.c.updated_at.type)
+        ),
+        bumps,
+    )
+    granted = select(_grants.c.fact_row_id).where(_grants.c.scope_id == bindparam("b_id"), named)
+    conn.execute(
+        update(_facts)
+        .where(
+            _facts.c.scope_id == bindparam("b_id"),
+            _facts.c.id.in_(granted),
+            _facts.c.deleted_revision.is_(None),
+            _facts.c.visibility == SHARED,
+        )
+        .values(updated_revision=bindparam("b_revision")),
+        bumps,
+    )
+    _delete_where(conn, _snapshots, _snapshots.c.scope_id.in_([bump["b_id"] for bump in bumps]))
 
 
 def _delete(conn: Connection, table: Table, scope_ids: list[int]) -> int:
