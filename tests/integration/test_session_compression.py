@@ -175,7 +175,9 @@ def test_turn_text_cannot_break_out_of_the_summary_prompt() -> None:
 def test_a_process_queue_compresses_sessions_of_the_file_provider(tmp_path: Path) -> None:
     _configure(tmp_path, None, storage_class="memstore.storage.file.FileMemoryStorage")
     sessions.append_turns("carol", "s", [*_exchange(1, "I prefer jasmine tea."), *_exchange(2)])
-    get_memory_queue().flush()
+    # Not flush(): the compression is submitted to run at once, so the queue's own timer thread
+    # may already be running it, and flush() then returns without waiting; shutdown waits for it.
+    assert get_memory_queue().shutdown(30)
     _, turns = sessions.read_session("carol", "s")
     assert [turn.summary for turn in turns] == [True]
     assert any(

@@ -74,7 +74,7 @@ def test_a_command_imports_its_own_module_and_no_other_command() -> None:
 def test_help_lists_every_command_with_its_own_one_line_help() -> None:
     """The table's line for each command is its docstring's first sentence, and ``--help`` shows
     the same list with every command loaded as with none."""
-    lazy_help = main.get_help(click.Context(main, info_name="memstore"))
+    lazy_help = main.get_help(click.Context(main, info_name="memstore", **main.context_settings))
     for name, entry in COMMANDS.items():
         command = main.commands[name]  # loads it
         assert entry.help == command.get_short_help_str(limit=10_000), name
@@ -83,7 +83,7 @@ def test_help_lists_every_command_with_its_own_one_line_help() -> None:
     loaded = click.Group("memstore", commands={name: main.commands[name] for name in COMMANDS})
     loaded.params = main.params
     loaded.help = main.help
-    loaded_help = loaded.get_help(click.Context(loaded, info_name="memstore"))
+    loaded_help = loaded.get_help(click.Context(loaded, info_name="memstore", **main.context_settings))
     assert lazy_help == loaded_help
     for name in COMMANDS:
         assert f"\n  {name} " in lazy_help
