@@ -39,8 +39,7 @@ from sqlalchemy import text
 
 from memstore.config import MemoryConfig, get_memory_config
 from memstore.embedding import get_embedder
-from memstore.gateway.ranking import injection_scores
-from memstore.inject.render import render_memory
+from memstore.gateway.compose import compose_memory_block
 from memstore.storage.sql import SqlMemoryStorage
 from memstore.storage.sql.engine import get_engine
 from memstore.update.apply import apply_updates
@@ -115,27 +114,15 @@ the values; passing 10,000 vectors as float lists took 8 s)."""
 
 
 def _turn(scope: _Scope, config: MemoryConfig, *, uncached: bool = False) -> Sampler:
-    """One turn's memory read as ``MemoryMiddleware._render`` does it (``uncached``: the vector
-    cache emptied first, untimed)."""
+    """One turn's memory read as ``MemoryMiddleware._render`` does it, through ``gateway.compose``
+    (``uncached``: the vector cache emptied first, untimed)."""
     storage, user = scope.read, scope.user
 
     def run() -> None:
-        memory = storage.load(user_id=user)
-        others = storage.visible_facts(None, user_id=user)
-        scores = injection_scores(memory, QUERY, config, storage, (user, None), others)
-        assert (scores is not None) == (config.embedding_provider != "none")
-        block, fact_ids = render_memory(
-            memory,
-            config.max_injection_tokens,
-            guaranteed_categories=tuple(config.guaranteed_categories),
-            guaranteed_token_budget=config.guaranteed_token_budget,
-            use_tiktoken=config.token_counting == "tiktoken",
-            scores=scores,
-            others=others,
-            dated=config.injection_fact_dates,
-        )
-        assert block and fact_ids
-        storage.record_access(None, user_id=user, fact_ids=fact_ids)
+        composed = compose_memory_block(storage, None, user, QUERY, config)
+        assert (composed.scores is not None) == (config.embedding_provider != "none")
+        assert composed.block and composed.fact_ids
+        storage.record_access(None, user_id=user, fact_ids=composed.fact_ids)
 
     if not uncached:
         return timed(run)

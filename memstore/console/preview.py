@@ -1,9 +1,9 @@
 """The ``<memory>`` block a user's next prompt would get, rendered for an operator to look at.
 
-It is the gateway's render (``MemoryMiddleware`` loads, ranks with ``gateway.ranking``, renders with
-``inject.render``), minus one step: the gateway counts an access of every fact it injects, which
-feeds the decay score. Looking at a user's memory must not keep it alive, so the preview reads and
-ranks the same way and records nothing.
+It is the gateway's render (``gateway.compose``, shared with ``MemoryMiddleware``), minus one step:
+the gateway counts an access of every fact it injects, which feeds the decay score. Looking at a
+user's memory must not keep it alive, so the preview reads and ranks the same way and records
+nothing.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from memstore.config import get_memory_config
-from memstore.gateway.ranking import injection_scores
+from memstore.gateway.compose import compose_memory_block
 from memstore.inject.relevance import MAX_QUERY_CHARS
-from memstore.inject.render import render_memory, wrap_memory_block
 from memstore.ops.validation import search_text
-from memstore.scope import resolve_scope
 from memstore.storage.loader import get_memory_storage
 
 
@@ -40,21 +38,7 @@ def memory_block(
     if query:
         search_text("query", query, MAX_QUERY_CHARS)
     storage = get_memory_storage().for_identity(tenant_id, roles)
-    memory = storage.load(agent_name, user_id=user_id)
-    visible = getattr(storage, "visible_facts", None)
-    others: list[dict[str, Any]] = visible(agent_name, user_id=user_id) if visible is not None else []
     deadline = time.monotonic() + config.memory_context_timeout_seconds
-    scope = resolve_scope(agent_name, user_id)
-    scores = injection_scores(memory, query or None, config, storage, scope, others, deadline=deadline)
-    text, fact_ids = render_memory(
-        memory,
-        config.max_injection_tokens,
-        guaranteed_categories=tuple(config.guaranteed_categories),
-        guaranteed_token_budget=config.guaranteed_token_budget,
-        use_tiktoken=config.token_counting == "tiktoken",
-        scores=scores,
-        others=others,
-        dated=config.injection_fact_dates,
-    )
-    ranked_by = "confidence" if scores is None else ("relevance to the query" if query else "standing")
-    return Preview(wrap_memory_block(text), list(fact_ids), ranked_by)
+    composed = compose_memory_block(storage, agent_name, user_id, query or None, config, deadline=deadline)
+    ordered = "relevance to the query" if query else "standing"
+    return Preview(composed.block, composed.fact_ids, "confidence" if composed.scores is None else ordered)

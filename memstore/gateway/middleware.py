@@ -25,15 +25,13 @@ from memstore.async_face import awaited_within, limited_on_loop, loop_resource
 from memstore.capture.conversation import ConversationContext, capture_conversation
 from memstore.config import MemoryConfig, get_memory_config, ignored_env_settings
 from memstore.errors import SETUP_ERRORS, StorageUnavailableError
-from memstore.gateway.ranking import injection_scores
+from memstore.gateway.compose import compose_memory_block
 from memstore.gateway.session_hooks import EMPTY_CONTEXT, abounded, bounded, record_exchange
 from memstore.gateway.user_context import effective_roles, effective_tenant, get_effective_user_id
-from memstore.inject.render import render_memory, wrap_memory_block
 from memstore.inject.session_context import SessionContext
 from memstore.ops import sessions
 from memstore.queue import get_memory_queue, queue_failure
-from memstore.scope import Identity, resolve_scope, validate_tenant_id
-from memstore.storage.base import MemoryStorage
+from memstore.scope import Identity, validate_tenant_id
 from memstore.storage.loader import get_memory_storage
 
 logger = logging.getLogger(__name__)
@@ -321,23 +319,10 @@ class MemoryMiddleware:
         """Load, rank, render, and count an access of exactly the own facts the block shows."""
         storage = get_memory_storage().for_identity(identity.tenant_id, identity.roles)
         user_id = identity.user_id
-        memory = storage.load(self._agent_name, user_id=user_id)
-        others = _visible_facts(storage, self._agent_name, user_id)
-        scope = resolve_scope(self._agent_name, user_id)
-        scores = injection_scores(memory, query, config, storage, scope, others, deadline=deadline)
-        text, fact_ids = render_memory(
-            memory,
-            config.max_injection_tokens,
-            guaranteed_categories=tuple(config.guaranteed_categories),
-            guaranteed_token_budget=config.guaranteed_token_budget,
-            use_tiktoken=config.token_counting == "tiktoken",
-            scores=scores,
-            others=others,
-            dated=config.injection_fact_dates,
-        )
-        if fact_ids:
-            storage.record_access(self._agent_name, user_id=user_id, fact_ids=fact_ids)
-        return wrap_memory_block(text)
+        composed = compose_memory_block(storage, self._agent_name, user_id, query, config, deadline=deadline)
+        if composed.fact_ids:
+            storage.record_access(self._agent_name, user_id=user_id, fact_ids=composed.fact_ids)
+        return composed.block
 
 
 def _identity(user_id: str | None, tenant_id: str | None, roles: Iterable[str] | None) -> Identity:
@@ -364,14 +349,3 @@ def _without_memory_on_failure() -> Iterator[None]:
         logger.warning("memory store unavailable; continuing without memory: %s", exc)
     except Exception:
         logger.exception("could not build the memory context; continuing without memory")
-
-
-def _visible_facts(
-    storage: MemoryStorage, agent_name: str | None, user_id: str | None
-) -> list[dict[str, Any]]:
-    """Other owners' facts the handle's identity may read; none on a provider without sharing."""
-    visible = getattr(storage, "visible_facts", None)
-    if visible is None or user_id is None:
-        return []
-    facts: list[dict[str, Any]] = visible(agent_name, user_id=user_id)
-    return facts
