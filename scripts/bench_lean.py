@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -33,9 +32,8 @@ import bench_report
 from bench_core import SQLITE_NORMAL, Result
 from bench_data import document, fact
 from bench_lean_cli import TREES, Tree, child, order, say
+from bench_pg import empty_database
 from bench_queue import llm_server
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BASELINE = "7ef25c6"
@@ -134,24 +132,6 @@ def describe_checkout() -> str:
     except (OSError, subprocess.CalledProcessError):
         return "the checkout (no git metadata)"  # a source copy: a smoke run needs no git
     return f"the checkout: HEAD {head}" + (" with uncommitted changes" if dirty else "")
-
-
-@contextmanager
-def empty_database(server_url: str) -> Iterator[str]:
-    """A new empty database on the server, dropped afterwards; each tree migrates it with its own code."""
-    url = make_url(server_url).set(drivername="postgresql+psycopg")
-    name = f"memstore_bench_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
-        try:
-            yield url.set(database=name).render_as_string(hide_password=False)
-        finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        admin.dispose()
 
 
 # -- the durable queue -----------------------------------------------------------------------

@@ -18,8 +18,8 @@ PG_URL_ENV = "MEMSTORE_BENCH_PG_URL"
 
 
 @contextmanager
-def bench_database(server_url: str) -> Iterator[str]:
-    """Create ``memstore_bench_<hex>``, migrate it to head, yield its URL and drop it, whatever happens."""
+def empty_database(server_url: str) -> Iterator[str]:
+    """Create ``memstore_bench_<hex>`` empty, yield its URL and drop it, whatever happens."""
     url = make_url(server_url).set(drivername="postgresql+psycopg")
     name = f"memstore_bench_{uuid.uuid4().hex[:12]}"
     admin = create_engine(url, isolation_level="AUTOCOMMIT")
@@ -27,15 +27,21 @@ def bench_database(server_url: str) -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'CREATE DATABASE "{name}"'))
         try:
-            database_url = url.set(database=name).render_as_string(hide_password=False)
-            upgrade(database_url)
-            yield database_url
+            yield url.set(database=name).render_as_string(hide_password=False)
         finally:
             dispose_engines()  # our pools must let go before the drop
             with admin.connect() as conn:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()
+
+
+@contextmanager
+def bench_database(server_url: str) -> Iterator[str]:
+    """``empty_database`` migrated to head."""
+    with empty_database(server_url) as database_url:
+        upgrade(database_url)
+        yield database_url
 
 
 def connect(database_url: str) -> Any:

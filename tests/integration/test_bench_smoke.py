@@ -147,24 +147,12 @@ LEAN_PROFILES = {"queue_sqlite", "load_sqlite", "save_10", "cli_version", "lifec
 
 
 def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> None:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMSTORE_")}
-    # Reuse the test suite's server, so the PostgreSQL half of the harness is exercised too.
-    pg_server = os.environ.get("MEMSTORE_TEST_PG_URL")
-    if pg_server:
-        env["MEMSTORE_BENCH_PG_URL"] = pg_server
-    # Redis likewise; without the suite's server the benchmark must not pick one up on its own.
+    env, pg_server = _bench_env()
+    # Redis as PostgreSQL; without the suite's server the benchmark must not pick one up on its own.
     redis_server = os.environ.get("MEMSTORE_TEST_REDIS_URL")
     env["MEMSTORE_BENCH_REDIS_URL"] = redis_server or "off"
     published = {path: path.read_bytes() for path in PUBLISHED}
-    result = subprocess.run(  # no --out and no --write-docs: the results go to .bench/
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--smoke"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    result = _bench("--smoke", cwd=tmp_path, env=env)  # no --out, no --write-docs: into .bench/
     assert result.returncode == 0, result.stderr
     assert {path: path.read_bytes() for path in PUBLISHED} == published  # the checkout stays clean
     for name in ("results.json", "chart.png"):
@@ -210,23 +198,7 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
 
     # --only queue replaces the queue's entries and keeps every other scenario's.
     chart = (tmp_path / "chart.png").read_bytes()
-    rerun = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "bench.py"),
-            "--smoke",
-            "--only",
-            "queue",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    rerun = _bench("--smoke", "--only", "queue", "--out", str(tmp_path), cwd=tmp_path, env=env)
     assert rerun.returncode == 0, rerun.stderr
     merged = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert merged["meta"]["generated_at"] == payload["meta"]["generated_at"]
@@ -241,28 +213,9 @@ def test_smoke_run_reports_every_scenario_variant_and_ratio(tmp_path: Path) -> N
 def test_lean_smoke_run_measures_both_trees_side_by_side(tmp_path: Path) -> None:
     """``--only lean --smoke``: both trees (the checkout twice, no git archive) through every figure,
     each row with its verdicts, the profiles, and ``results.json``'s ``lean`` key."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMSTORE_")}
-    pg_server = os.environ.get("MEMSTORE_TEST_PG_URL")
-    if pg_server:
-        env["MEMSTORE_BENCH_PG_URL"] = pg_server
+    env, pg_server = _bench_env()
     published = {path: path.read_bytes() for path in PUBLISHED}
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "bench.py"),
-            "--smoke",
-            "--only",
-            "lean",
-            "--out",
-            str(tmp_path),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    result = _bench("--smoke", "--only", "lean", "--out", str(tmp_path), cwd=tmp_path, env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     assert {path: path.read_bytes() for path in PUBLISHED} == published
     payload = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
@@ -316,11 +269,29 @@ def _check_queue_row(row: dict[str, Any]) -> None:
 
 
 def test_quick_and_smoke_are_exclusive() -> None:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench.py"), "--quick", "--smoke"],
+    result = _bench("--quick", "--smoke", timeout=60)
+    assert result.returncode == 2 and "not allowed with" in result.stderr
+
+
+def _bench_env() -> tuple[dict[str, str], str | None]:
+    """The environment without memstore's settings, and the suite's PostgreSQL server (then also the
+    benchmark's, so the PostgreSQL half of the harness is exercised too)."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MEMSTORE_")}
+    pg_server = os.environ.get("MEMSTORE_TEST_PG_URL")
+    if pg_server:
+        env["MEMSTORE_BENCH_PG_URL"] = pg_server
+    return env, pg_server
+
+
+def _bench(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench.py"), *args],
+        cwd=cwd,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
-    assert result.returncode == 2 and "not allowed with" in result.stderr
