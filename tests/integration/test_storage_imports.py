@@ -4,7 +4,9 @@ Every storage start asks whether its database is at head. It used to import Alem
 head revision (0.2 s of CPU), numpy with the vector search modules and the OpenAI client with the
 reranker (0.4 s) in every ``memstore show``, lifecycle run and test subprocess, none of which
 migrates, reranks or embeds. The head now comes from the revision scripts' own lines
-(``schema.revisions``), held equal to Alembic's answer here so the two cannot drift apart.
+(``schema.revisions``), held equal to Alembic's answer here so the two cannot drift apart. Each
+new SQLite connection loads sqlite-vec from the extension's path, without importing its Python
+module (which imports numpy), held equal to the module's own answer here.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import pytest
 from alembic.script import ScriptDirectory
 
 from memstore.storage.sql import SqlMemoryStorage
-from memstore.storage.sql.engine import dispose_engines
+from memstore.storage.sql.engine import dispose_engines, sqlite_vec_path
 from memstore.storage.sql.schema import migrate
 from memstore.storage.sql.schema.revisions import scanned_head
 
 # Libraries a read of a database at head must not import: the migration tool (and the template
-# and highlighting libraries it brings), the LLM and rerank clients.
-UNUSED = ("alembic", "mako", "pygments", "openai", "httpx2", "tiktoken")
+# and highlighting libraries it brings), the LLM and rerank clients, the vectors' libraries.
+UNUSED = ("alembic", "mako", "pygments", "openai", "httpx2", "tiktoken", "numpy", "sqlite_vec")
 
 READ = """
 import sys
@@ -141,3 +143,9 @@ def test_the_scan_answers_only_for_one_linear_chain(
         _script(tmp_path, revision, down)
     (tmp_path / "__init__.py").write_text('revision = "ignored"\n')
     assert scanned_head(tmp_path) == head
+
+
+def test_sqlite_vec_is_loaded_from_where_its_own_module_says() -> None:
+    import sqlite_vec
+
+    assert sqlite_vec_path() == os.path.normpath(sqlite_vec.loadable_path())
