@@ -16,10 +16,9 @@ carries a CHECK constraint and every reader coerces it anyway.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from itertools import islice
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -341,6 +340,7 @@ def parse_document(
     known_facts: Mapping[str, KnownFact] | None = None,
     known_sections: Mapping[str, KnownSection] | None = None,
     known_text: bytes | None = None,
+    known_order: Sequence[IncomingFact] = (),
 ) -> IncomingDocument:
     """Validate and encode a document for saving; raises MalformedDocumentError rather than guess.
 
@@ -351,7 +351,7 @@ def parse_document(
     A fact or section exactly equal (``same_json``) to its ``known_*`` entry takes that entry's
     values without being encoded again: most of a loaded document comes back unchanged, and encoding
     every fact was most of the cost of a save. ``known_text`` is the known facts' exact JSON (see
-    ``_unchanged_prefix``), given only when it holds no ``null``.
+    ``_unchanged_prefix``), given only when it holds no ``null``; ``known_order`` their ``fact``s in order.
     """
     if not isinstance(memory, dict):
         raise MalformedDocumentError(f"a memory document must be a dict, got {type(memory).__name__}")
@@ -382,7 +382,7 @@ def parse_document(
                 sections[name] = encode_section(section)
     facts, kept = None, 0
     if "facts" in memory:
-        facts, kept = _parse_facts(memory["facts"], known_facts or {}, known_text)
+        facts, kept = _parse_facts(memory["facts"], known_facts or {}, known_text, known_order)
     return IncomingDocument(
         revision=revision,
         incarnation=incarnation,
@@ -394,56 +394,56 @@ def parse_document(
 
 
 def _unchanged_prefix(
-    raw_facts: list[Any], known_facts: Mapping[str, KnownFact], known_text: bytes | None
+    raw_facts: list[Any], known: Mapping[str, KnownFact], text: bytes | None, order: Sequence[IncomingFact]
 ) -> list[IncomingFact]:
     """The stored facts, when the document starts with all of them unchanged and in stored order.
 
     The usual save (a loaded document plus appended facts) is decided at C speed: by the JSON of
-    the document's first facts against the known facts' (``known_text``: equal text is equal values,
+    the document's first facts against the known facts' (``text``: equal text is equal values,
     types and key order included; orjson writes NaN as ``null``, which that text holds none of), else
     by one list ``==``, blind to ``1`` against ``1.0`` and ``True``, then each lax key's type. Anything
-    else (an edit, a removal, a new order) returns nothing and is parsed fact by fact.
+    else (an edit, a removal, a new order) is parsed fact by fact. ``order``: their ``fact``s, in order.
     """
-    known = list(islice(known_facts.values(), len(raw_facts)))
-    if len(known) < len(known_facts):
+    if len(raw_facts) < (size := len(known)):
         return []
-    if known_text is not None and exact_text(raw_facts[: len(known)]) == known_text:
-        return list(map(_FACT_OF, known))
-    if raw_facts[: len(known)] != [entry.raw for entry in known]:
-        return []
-    for entry, raw in zip(known, raw_facts, strict=False):
-        stored = entry.raw
-        for key in entry.lax_keys:
-            value, stored_value = raw[key], stored[key]
-            if value is not stored_value and not same_types(value, stored_value):  # a loaded copy: `is`
-                return []
-    return [entry.fact for entry in known]
+    if text is None or exact_text(raw_facts[:size]) != text:
+        if raw_facts[:size] != [entry.raw for entry in known.values()]:
+            return []
+        for entry, raw in zip(known.values(), raw_facts, strict=False):
+            stored = entry.raw
+            for key in entry.lax_keys:
+                value, stored_value = raw[key], stored[key]
+                if value is not stored_value and not same_types(value, stored_value):  # a loaded copy: `is`
+                    return []
+    return list(order) if len(order) == size else list(map(_FACT_OF, known.values()))
 
 
 def _parse_facts(
-    raw_facts: object, known_facts: Mapping[str, KnownFact], known_text: bytes | None
+    raw_facts: object, known: Mapping[str, KnownFact], text: bytes | None, order: Sequence[IncomingFact]
 ) -> tuple[list[IncomingFact], int]:
     """The facts, and how many lead them unchanged (``_unchanged_prefix``)."""
     if not isinstance(raw_facts, list):
         raise MalformedDocumentError(f"'facts' must be a list, got {type(raw_facts).__name__}")
-    facts = _unchanged_prefix(raw_facts, known_facts, known_text)
+    facts = _unchanged_prefix(raw_facts, known, text, order)
     kept = len(facts)
-    seen_ids: set[str] = set(islice(known_facts, len(facts)))
-    for index, raw in enumerate(raw_facts[len(facts) :], len(facts)):
+    seen_ids: set[str] = set()
+    prior: Collection[str] = known.keys() if kept else ()  # the kept ids (all known, or none)
+    for index, raw in enumerate(raw_facts[kept:], kept):
         if not isinstance(raw, dict):
             raise MalformedDocumentError(f"facts[{index}] must be an object, got {type(raw).__name__}")
         raw_id = raw.get("id")
         # A missing, odd or repeated id gets a fresh one rather than overwriting another fact.
-        valid = isinstance(raw_id, str) and 0 < len(raw_id) <= MAX_FACT_ID and raw_id not in seen_ids
-        given_id: str | None = raw_id if valid else None
-        known = known_facts.get(given_id) if given_id is not None else None
-        if given_id is not None and known is not None and known.matches(raw):
+        valid = isinstance(raw_id, str) and 0 < len(raw_id) <= MAX_FACT_ID
+        given_id: str | None = raw_id if valid and raw_id not in seen_ids and raw_id not in prior else None
+        if given_id is not None and (entry := known.get(given_id)) is not None and entry.matches(raw):
             seen_ids.add(given_id)
-            facts.append(known.fact)
+            facts.append(entry.fact)
             continue
         content = raw.get("content")
         if not isinstance(content, str) or not content.strip():
             raise MalformedDocumentError(f"facts[{index}] has no content (a non-blank string is required)")
+        if given_id is None and prior:  # a made-up id must avoid every taken id: merged once
+            seen_ids, prior = seen_ids | set(prior), ()
         fact_id = str(given_id) if given_id is not None else new_fact_id(seen_ids)
         seen_ids.add(fact_id)
         facts.append(IncomingFact(encode_fact(raw, fact_id), given_id is None))

@@ -268,7 +268,7 @@ class SqlMemoryStorage(SqlSaves, SqlSignals, SqlQueries, MemoryStorage):
             else:
                 known = cached.snapshot
                 text = known.text if known.comparable else None
-                incoming = parse_document(memory, known.facts, known.sections, text)
+                incoming = parse_document(memory, known.facts, known.sections, text, known.incoming)
         except MalformedDocumentError as exc:
             logger.error("memory (%s) is malformed, not saved: %s", scope_label(scope), exc)
             return False

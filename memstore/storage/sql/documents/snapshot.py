@@ -42,6 +42,8 @@ class Snapshot:
     """
 
     facts: dict[str, KnownFact]  # by fact id, in document order
+    values: tuple[FactValues, ...]  # each fact's ``KnownFact.fact.values``, in document order
+    incoming: tuple[IncomingFact, ...]  # each fact's ``KnownFact.fact``, in document order
     positions: dict[str, int]
     owners: dict[str, str]  # content key -> id of the live fact that has it
     sections: dict[str, KnownSection]  # the stored section rows
@@ -64,13 +66,16 @@ def snapshot_of(
     known = previous.facts if previous is not None else {}
     ids = list(map(_ID, facts))
     entries = dict(zip(ids, map(known.get, ids, repeat(_ABSENT)), strict=True))
-    fresh = list(compress(facts, map(is_not, map(_ENTRY_VALUES, entries.values()), facts)))
-    for values in fresh:
-        entries[values.fact_id] = KnownFact.of(values)
+    incoming = list(map(_FACT, entries.values()))
+    changed = list(compress(count(), map(is_not, map(_VALUES, incoming), facts)))
+    fresh = [facts[index] for index in changed]
+    for index, values in zip(changed, fresh, strict=True):
+        entries[values.fact_id] = entry = KnownFact.of(values)
+        incoming[index] = entry.fact
     if previous is None:
         owners = {values.content_key: values.fact_id for values in facts}
     else:
-        owners = dict(previous.owners)
+        owners = previous.owners.copy()
         for fact_id in known.keys() - entries.keys() | {values.fact_id for values in fresh}:
             old = known.get(fact_id)
             if old is not None and owners.get(old.fact.values.content_key) == fact_id:
@@ -81,13 +86,19 @@ def snapshot_of(
     comparable = text is not None and b"null" not in text
     by_id = dict(zip(entries, positions, strict=True))
     ordered = all(map(lt, positions, islice(positions, 1, None)))
-    return Snapshot(entries, by_id, owners, _sections(sections, previous), text, comparable, ordered)
+    sections_known = _sections(sections, previous)
+    # ``entries`` holds ``facts`` (ids are unique: the zip above is strict), so their values are these.
+    return Snapshot(
+        entries, tuple(facts), tuple(incoming), by_id, owners, sections_known, text, comparable, ordered
+    )
 
 
 def snapshot_appended(previous: Snapshot, plan: MergePlan) -> Snapshot:
     """``snapshot_of`` the plan of an appending save (``MergePlan.appended``): ``previous`` plus its
-    inserts, at a cost that follows the facts added, not the scope's size."""
-    entries, positions, owners = dict(previous.facts), dict(previous.positions), dict(previous.owners)
+    inserts, at a cost that follows the facts added, not the scope's size. The copies are
+    ``dict.copy``'s, which clone the table in one go even when a removal left holes in it (a
+    ``dict(...)`` then re-inserts every key), and the text is spliced, not joined again."""
+    entries, positions, owners = previous.facts.copy(), previous.positions.copy(), previous.owners.copy()
     added = [KnownFact.of(values) for values, _ in plan.inserts]
     for known, (values, position) in zip(added, plan.inserts, strict=True):
         entries[values.fact_id] = known
@@ -100,10 +111,14 @@ def snapshot_appended(previous: Snapshot, plan: MergePlan) -> Snapshot:
             text, comparable = None, False
         else:
             tail = b",".join(cast(list[bytes], texts))
-            text = b"".join((text[:-1], b"," if previous.facts else b"", tail, b"]"))
+            text = b"".join((memoryview(text)[:-1], b"," if previous.facts else b"", tail, b"]"))
             comparable = comparable and b"null" not in tail
     sections = _sections(plan.sections, previous)
-    return Snapshot(entries, positions, owners, sections, text, comparable, previous.ordered)
+    in_order = previous.values + tuple(inserted for inserted, _ in plan.inserts)
+    incoming = previous.incoming + tuple(map(_FACT, added))
+    return Snapshot(
+        entries, in_order, incoming, positions, owners, sections, text, comparable, previous.ordered
+    )
 
 
 def _sections(sections: dict[str, SectionValues], previous: Snapshot | None) -> dict[str, KnownSection]:
@@ -136,7 +151,7 @@ def plan_from_snapshot(
     """
     plan = MergePlan(revision=current + 1)
     if incoming.facts is None:
-        plan.facts = [entry.fact.values for entry in snapshot.facts.values()]
+        plan.facts = list(snapshot.values)
         plan.positions = list(snapshot.positions.values())
     elif incoming.kept == len(snapshot.facts) and _appended(incoming.facts, snapshot, cap, plan):
         pass
@@ -162,7 +177,7 @@ def _appended(facts: list[IncomingFact], snapshot: Snapshot, cap: Cap, plan: Mer
         return False
     last = next(reversed(snapshot.positions.values()), -1)
     new_positions = range(last + 1, last + 1 + len(added))
-    plan.facts = [*map(_ENTRY_VALUES, snapshot.facts.values()), *added]
+    plan.facts = [*snapshot.values, *added]
     plan.positions = [*snapshot.positions.values(), *new_positions]
     plan.inserts = list(zip(added, new_positions, strict=True))
     plan.appended = True
@@ -266,7 +281,6 @@ _FACT_ID = attrgetter("values.fact_id")
 _FACT = attrgetter("fact")
 _VALUES = attrgetter("values")
 _ID = attrgetter("fact_id")
-_ENTRY_VALUES = attrgetter("fact.values")
 # Stands in for "not in the snapshot", so C-level passes need no None checks.
 _ABSENT = KnownFact(
     {}, IncomingFact(FactValues("", "", "", 0.0, None, None, None, {}), generated_id=False), (), None, True

@@ -284,7 +284,8 @@ def apply_plan(
                 for name, values in plan.section_updates
             ],
         )
-    if plan.changes:
+    changes = plan.changes  # derived from the plan each time it is read: read once
+    if changes:
         RUN_INSERT_HISTORY.run(
             conn,
             [
@@ -300,7 +301,7 @@ def apply_plan(
                     "b_after": change.after,
                     "b_detail": change.detail,
                 }
-                for change in plan.changes
+                for change in changes
             ],
         )
     return exact
