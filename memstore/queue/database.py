@@ -17,6 +17,7 @@ still held: whatever it did not finish stays queued for the next worker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -109,7 +110,9 @@ class DatabaseUpdateQueue(UpdateQueue):
         self._flush_updater: LeasedUpdater | None = None
         count = config.queue_workers if workers is None else workers
         self._threads = [
-            threading.Thread(target=self._work, name=f"memstore-queue-worker-{index}", daemon=True)
+            threading.Thread(
+                target=self._work, args=(config,), name=f"memstore-queue-worker-{index}", daemon=True
+            )
             for index in range(count)
         ]
         for thread in self._threads:
@@ -182,10 +185,15 @@ class DatabaseUpdateQueue(UpdateQueue):
         """Run every conversation this process queued, in the caller's thread, before returning.
 
         Conversations another worker is running are waited for; a conversation that fails is
-        tried once per flush and stays queued for its retry. An unreachable database ends the
-        flush early (logged): the conversations stay queued.
+        tried once per flush and stays queued for its retry. An unreachable database, or any
+        other failure, ends the flush early (logged, never raised): the conversations stay queued.
         """
-        config = get_memory_config()
+        try:
+            self._flush(get_memory_config())
+        except Exception as exc:  # a bug, a row nothing foresaw: the caller's request goes on
+            self._runner.failures.report("flush", exc, "its conversations stay queued")
+
+    def _flush(self, config: MemoryConfig) -> None:
         self._write_buffer(config)
         if self._flush_updater is None:
             self._flush_updater = self._updater_factory()
@@ -345,48 +353,48 @@ class DatabaseUpdateQueue(UpdateQueue):
             config, self.owner, force=force, only_owner=only_owner, exclude=exclude, idle=idle
         )
 
-    def _work(self) -> None:
+    def _work(self, config: MemoryConfig) -> None:
+        """Claim and run until shutdown, which alone ends a worker: an outage, or an unexpected
+        exception (a bug, a row nothing foresaw), is logged and backed off, and the loop goes on."""
         updater: LeasedUpdater | None = None
         failures = 0
         idle = True
         while not self._stopping.is_set():
-            config = get_memory_config()
-            if updater is None:
-                try:
-                    updater = self._updater_factory()
-                except Exception as exc:  # a configuration that cannot extract: claim nothing
-                    logger.error(
-                        "memory queue worker cannot build its updater, so it claims nothing; next try "
-                        "in %.0f s: %s",
-                        BUFFER_RETRY_MAX_SECONDS,
-                        describe_failure(exc),
-                    )
-                    self._stopping.wait(BUFFER_RETRY_MAX_SECONDS)
-                    continue
             try:
+                config = get_memory_config()
+                if updater is None:
+                    try:
+                        updater = self._updater_factory()
+                    except Exception as exc:  # a configuration that cannot extract: claim nothing
+                        logger.error(
+                            "memory queue worker cannot build its updater; it claims nothing for %.0f s: %s",
+                            BUFFER_RETRY_MAX_SECONDS,
+                            describe_failure(exc),
+                        )
+                        self._stopping.wait(BUFFER_RETRY_MAX_SECONDS)
+                        continue
                 self._runner.pause.wait(self._stopping)  # the endpoint asked for time (Retry-After)
                 claim = self._claim(config, idle=idle)
                 failures = 0
-            except (SQLAlchemyError, MemstoreError) as exc:
+                if claim is None:
+                    with self._wake:
+                        # Woken (a turn queued now in this process): claim without looking first.
+                        idle = self._stopping.is_set() or not self._wake.wait(config.queue_poll_seconds)
+                    continue
+                idle = False  # a backlog: the next claim needs no look first either
+                self._runner.run(claim, updater)
+            except Exception as exc:
                 failures += 1
                 pause = min(BUFFER_RETRY_MAX_SECONDS, config.queue_poll_seconds * 2 ** min(failures, 10))
-                logger.warning(
-                    "memory queue worker cannot reach the database; next try in %.1f s: %s",
-                    pause,
-                    describe_failure(exc),
-                )
+                if isinstance(exc, SQLAlchemyError | MemstoreError):
+                    logger.warning(
+                        "memory queue worker cannot reach the database; next try in %.1f s: %s",
+                        pause,
+                        describe_failure(exc),
+                    )
+                else:
+                    self._runner.failures.report("worker", exc, f"next try in {pause:.1f} s")
                 self._stopping.wait(pause)
-                continue
-            if claim is None:
-                with self._wake:
-                    # Woken (a turn queued now in this process): claim without looking first.
-                    idle = self._stopping.is_set() or not self._wake.wait(config.queue_poll_seconds)
-                continue
-            idle = False  # a backlog: the next claim needs no look first either
-            try:
-                self._runner.run(claim, updater)
-            except Exception as exc:  # never let one claim end the worker thread
-                logger.error("memory queue worker: a claim failed unexpectedly: %s", describe_failure(exc))
 
     def _to_buffer(self, item: QueuedConversation, immediately: bool, config: MemoryConfig) -> None:
         refusal = self._buffer.put(item, immediately, config)
@@ -402,7 +410,7 @@ class DatabaseUpdateQueue(UpdateQueue):
         with self._lock:
             if self._buffer_thread is None or not self._buffer_thread.is_alive():
                 self._buffer_thread = threading.Thread(
-                    target=self._drain_buffer, name="memstore-queue-buffer", daemon=True
+                    target=self._drain_buffer, args=(config,), name="memstore-queue-buffer", daemon=True
                 )
                 self._buffer_thread.start()
 
@@ -412,11 +420,16 @@ class DatabaseUpdateQueue(UpdateQueue):
             self._buffer.forget(item)
 
     def _write_buffer(self, config: MemoryConfig) -> bool:
-        """Write the buffered turns in one transaction; ``True`` once the buffer is empty."""
+        """Write the buffered turns in one transaction; ``True`` once the buffer is empty. Never
+        raises: what it could not write stays buffered (the drain thread tries again)."""
         items = self._buffer.snapshot()
         if not items:
             return True
-        outcome = self._writer.write(items, config, self._engine)
+        try:
+            outcome = self._writer.write(items, config, self._engine)
+        except Exception as exc:  # a bug: the threads that write the buffer go on
+            self._runner.failures.report("outage buffer", exc, "its turns stay buffered")
+            return False
         self._buffer.remove(outcome.written + outcome.refused)
         if outcome.written:
             logger.info(
@@ -425,13 +438,12 @@ class DatabaseUpdateQueue(UpdateQueue):
             self._notify()
         return self._buffer.empty()
 
-    def _drain_buffer(self) -> None:
+    def _drain_buffer(self, config: MemoryConfig) -> None:
         failures = 0
-        while not self._stopping.is_set():
-            config = get_memory_config()
-            if self._write_buffer(config):
-                return
+        while not self._stopping.is_set() and not self._write_buffer(config):
             failures += 1
             self._stopping.wait(
                 min(BUFFER_RETRY_MAX_SECONDS, config.queue_poll_seconds * 2 ** min(failures - 1, 10))
             )
+            with contextlib.suppress(Exception):  # a configuration that cannot load: the last one
+                config = get_memory_config()

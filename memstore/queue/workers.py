@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -53,6 +54,7 @@ logger = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_SECONDS = 300.0
 """How often the heartbeat thread also deletes old done rows."""
+FAILURES_REMEMBERED = 256
 
 
 class LeasedUpdater(Protocol):
@@ -70,6 +72,35 @@ def utcnow() -> datetime:
 
 def write_transaction_options(config: MemoryConfig) -> dict[str, object]:
     return queue_table.write_options(round(config.write_lock_timeout_seconds * 1000))
+
+
+class FailureLog:
+    """The unexpected exceptions (a bug, a row no decoder foresaw) that a queue's loops survive.
+
+    Each distinct failure (where, its class, the line that raised it) is logged once with its
+    traceback, its repeats in a line, so a poison row met on every poll is seen without flooding
+    the log. The message names where it happened, never the conversation being run.
+    """
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str, str, int | None]] = set()
+        self._lock = threading.Lock()
+
+    def report(self, where: str, exc: BaseException, then: str = "it goes on") -> None:
+        frames = traceback.extract_tb(exc.__traceback__)
+        origin = (frames[-1].filename, frames[-1].lineno) if frames else ("", None)
+        key = (where, type(exc).__qualname__, *origin)
+        with self._lock:
+            first = key not in self._seen
+            if len(self._seen) >= FAILURES_REMEMBERED:
+                self._seen.clear()
+            self._seen.add(key)
+        if first:
+            logger.exception("memory queue %s failed unexpectedly; %s", where, then, exc_info=exc)
+        else:
+            logger.warning(
+                "memory queue %s failed unexpectedly again; %s: %s", where, then, describe_failure(exc)
+            )
 
 
 class EndpointPause:
@@ -109,6 +140,7 @@ class LeaseKeeper:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_sweep = 0.0
+        self._failures = FailureLog()
 
     def hold(self, token: str) -> None:
         with self._lock:
@@ -139,12 +171,19 @@ class LeaseKeeper:
             thread.join(5.0)
 
     def _run(self) -> None:
-        while not self._stop.wait(get_memory_config().queue_lease_seconds / 3):
+        # Nothing but stop() ends the heartbeat: were it to die, every lease of this process would expire.
+        interval = 1.0
+        while True:
+            try:
+                interval = get_memory_config().queue_lease_seconds / 3
+            except Exception as exc:
+                self._failures.report("heartbeat", exc, "beating at its last interval")
+            if self._stop.wait(interval):
+                return
             try:
                 self.beat()
-            except Exception:
-                # Never let the heartbeat die quietly: every lease of this process would expire.
-                logger.exception("memory queue heartbeat failed; trying again at the next beat")
+            except Exception as exc:
+                self._failures.report("heartbeat", exc, "trying again at the next beat")
 
     def beat(self) -> None:
         config = get_memory_config()
@@ -194,6 +233,7 @@ class ClaimRunner:
         self._count = count
         self._stopping = stopping
         self.pause = EndpointPause()
+        self.failures = FailureLog()
 
     def claim(
         self,
@@ -265,7 +305,9 @@ class ClaimRunner:
                     return queue_table.release(conn, token, now=utcnow())
         except SQLAlchemyError as exc:
             logger.warning("could not release memory queue claim %s (it expires on its own): %s", token, exc)
-            return 0
+        except Exception as exc:
+            self.failures.report("release of a claim", exc, "the claim expires on its own")
+        return 0
 
     def _kill_undecodable(self, lease: QueueLease, reason: str) -> bool:
         """A row that holds no conversation goes to ``dead`` at once, in its own transaction: retried,
@@ -387,5 +429,8 @@ class ClaimRunner:
                 lease.row_id,
                 describe_db_error(exc),
             )
+            return False
+        except Exception as exc:
+            self.failures.report("settle of a conversation", exc, "it will run again")
             return False
         return True

@@ -140,8 +140,14 @@ def erase_user(
                     "memory_scopes": conn.execute(
                         delete(_scopes).where(_scopes.c.id.in_(scope_ids))
                     ).rowcount,
-                    # Queued conversations too: a late update must not bring the user back.
-                    "memory_queue": _delete_where(conn, _queue, _of_user(_queue, tenant_id, user_id)),
+                }
+                # Queued conversations too: a late update must not bring the user back. Their
+                # claims go first: every queue writer (a heartbeat, a claim, a settle) locks claims
+                # before queue rows (``queue/fence.py``), and PostgreSQL aborts one of two
+                # transactions that take them in opposite orders.
+                _delete_where(conn, _claims, _of_user(_claims, tenant_id, user_id))
+                counts["memory_queue"] = _delete_where(conn, _queue, _of_user(_queue, tenant_id, user_id))
+                counts |= {
                     # Short-term memory too, turns before their sessions.
                     "memory_session_turns": _delete_where(
                         conn, _session_turns, _of_user(_session_turns, tenant_id, user_id)
@@ -157,7 +163,6 @@ def erase_user(
                         conn, _store_items, _of_user(_store_items, tenant_id, user_id)
                     ),
                 }
-                _delete_where(conn, _claims, _of_user(_claims, tenant_id, user_id))
                 # The user's own agent documents; its name leaves the agents' own ones' history.
                 counts.update(erase_user_documents(conn, tenant_id, user_id))
                 _record_erasure(conn, tenant_id, user_id, now)
