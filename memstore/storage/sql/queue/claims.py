@@ -8,11 +8,21 @@ serialises writers). On PostgreSQL that is one statement (``WITH candidate, clai
 run as its own transaction; on SQLite two, in one write transaction. A heartbeat extends the
 claim and its rows. A claim leaves the scope's other leases alone: a worker that lost its claim
 cannot settle them, because every settle also checks the claim (``fence.py``). Lock order,
-everywhere: claims before queue rows.
+everywhere but here: claims before queue rows. A PostgreSQL claim locks its candidate's queue row
+first, but takes every lock ``SKIP LOCKED`` and waits only for another claim's insert of the same
+claim row, so it cannot deadlock a writer that holds a claim row and waits for a queue row.
 
-Claims cross tenants, so they run on the operator connection. Fairness is two-level: the tenant
-served least recently goes first (its last service is its newest claim row), then its scope
-served least recently, so one tenant's backlog of many scopes cannot starve another tenant.
+Claims cross tenants, so they run on the operator connection. Fairness is two-level, by how long
+each has waited: the tenant first, then its scope, that has waited longest since the later of its
+last service (the tenant's newest claim row, the scope's own) and its oldest due row. A backlog is
+served ``CLAIM_BATCH`` rows at a time, in turn with what was due before its last service; neither
+one tenant's backlog of many scopes nor a stream of new users or tenants starves anyone
+(``claim_sql._candidate``). On PostgreSQL a scope whose rows or claim another transaction holds
+is passed over, never waited for.
+
+Every leased row is decoded on its own: a row no driver or codec can read (not UTF-8, a time
+that is not one, messages enqueue could not have written) is handed to the runner as
+``undecodable``, which kills it, while the claim goes on with the scope's other rows.
 """
 
 from __future__ import annotations
@@ -21,10 +31,11 @@ import functools
 import json
 import uuid
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, bindparam, delete, select, update
+from sqlalchemy.dialects import sqlite
 
 from memstore.document import as_utc
 from memstore.storage.sql.queue.claim_sql import Shape, claimable, parameters, statements
@@ -40,7 +51,13 @@ from memstore.storage.sql.schema.models import queue_table as _queue
 MAX_MESSAGES_TEXT = 1_000_000
 """A row's ``messages`` JSON beyond this is not one enqueue wrote (it keeps 64,000 characters)."""
 CLAIM_CANDIDATES = 16
-"""Attempts a claim makes before giving up: enough to get past scopes claimed meanwhile."""
+"""Attempts a claim makes before giving up: enough to get past scopes claimed meanwhile, or whose
+claim row another transaction holds (each later attempt passes over the scopes tried before)."""
+_SQLITE_TIME: Any = _queue.c.captured_at.type.dialect_impl(sqlite.dialect()).result_processor(
+    sqlite.dialect(), None
+)
+"""How SQLAlchemy reads a SQLite time: the claim reads them as bytes, to decode row by row."""
+_NOT_A_TIME = datetime.min.replace(tzinfo=UTC)
 
 
 def _held() -> Any:
@@ -79,8 +96,8 @@ def has_claimable(
 
 
 class _Attempt(NamedTuple):
-    candidates: int
-    """Scopes with claimable rows and no live claim (0 or 1: an attempt looks at the first)."""
+    scope: tuple[str, str, str] | None
+    """The first scope in fairness order with claimable rows and no live claim; None when none."""
     won: bool
     """The claim row is this attempt's (it may still have leased nothing: rows locked meanwhile)."""
     rows: list[Any]
@@ -100,29 +117,36 @@ def claim(
 
     PostgreSQL: one statement, which is its own transaction on an autocommit connection; SQLite:
     two statements in the caller's write transaction, which serialises claimers. A PostgreSQL
-    claim that loses its scope to a concurrent claimer, or finds its rows locked (an enqueue
-    writing them), tries again, at most ``CLAIM_CANDIDATES`` times.
+    claim passes over scopes whose rows another transaction holds in the statement itself; one
+    that loses its scope to a concurrent claimer, or finds its claim row held, tries again
+    without it, at most ``CLAIM_CANDIDATES`` times.
     """
-    shape = Shape(conn.dialect.name, force, only_owner is not None, bool(exclude))
+    dialect = conn.dialect.name
     expires = now + timedelta(seconds=lease_seconds)
+    tried: list[tuple[str, str, str]] = []
     for _ in range(CLAIM_CANDIDATES):
+        shape = Shape(dialect, force, only_owner is not None, bool(exclude), bool(tried))
         token = uuid.uuid4().hex
         values = parameters(
-            shape.dialect,
+            dialect,
             owner=owner,
             token=token,
             now=now,
             expires=expires,
             only_owner=only_owner,
             exclude=exclude,
+            tried=tried,
         )
         attempt = _attempt(conn, shape, values)
-        if not attempt.candidates:
+        if attempt.scope is None:
             return None
         if attempt.rows:
             return _scope_claim(attempt.rows, token)
         if attempt.won:  # nothing leased under it: give the scope back at once
             conn.execute(delete(_claims).where(_claims.c.lease_token == token))
+        if dialect != "postgresql":  # serialised: the next attempt would find the same scope
+            return None
+        tried.append(attempt.scope)
     return None
 
 
@@ -131,14 +155,18 @@ def _attempt(conn: Connection, shape: Shape, values: dict[str, Any]) -> _Attempt
     if sql.lease is None:  # PostgreSQL: the whole claim in one statement
         result = conn.execute(sql.claim, values).all()
         first = result[0]
+        if first.scope_tenant_id is None:
+            return _Attempt(None, False, [])
         leased = [row for row in result if row.id is not None]
-        return _Attempt(int(first.candidates), bool(first.won), leased)
+        scope = (first.scope_tenant_id, first.scope_user_id, first.scope_agent_name)
+        return _Attempt(scope, bool(first.won), leased)
     # SQLite serialises claimers: a candidate is always won, and always has rows to lease.
-    scope = conn.execute(sql.claim, values).first()
-    if scope is None:
-        return _Attempt(0, False, [])
-    scoped = {**values, "b_tenant": scope.tenant_id, "b_user": scope.user_id, "b_agent": scope.agent_name}
-    return _Attempt(1, True, list(conn.execute(sql.lease, scoped).all()))
+    claimed = conn.execute(sql.claim, values).first()
+    if claimed is None:
+        return _Attempt(None, False, [])
+    scope = (claimed.tenant_id, claimed.user_id, claimed.agent_name)
+    scoped = {**values, "b_tenant": scope[0], "b_user": scope[1], "b_agent": scope[2]}
+    return _Attempt(scope, True, list(conn.execute(sql.lease, scoped).all()))
 
 
 def _scope_claim(rows: list[Any], token: str) -> ScopeClaim:
@@ -146,7 +174,7 @@ def _scope_claim(rows: list[Any], token: str) -> ScopeClaim:
     leased: list[LeasedConversation] = []
     undecodable: list[tuple[QueueLease, str]] = []
     first = rows[0]
-    for row in sorted(rows, key=lambda row: (row.due_at, row.id)):
+    for row in sorted(rows, key=lambda row: (_due(row.due_at), row.id)):
         lease = QueueLease(
             row.id,
             token,
@@ -156,14 +184,18 @@ def _scope_claim(rows: list[Any], token: str) -> ScopeClaim:
             agent_name=row.agent_name,
         )
         try:
+            if _due(row.due_at) == _NOT_A_TIME:
+                raise ValueError("due_at is not a time")
             conversation = QueuedConversation(
-                thread_id=row.thread_id,
+                thread_id=decode_text(row.thread_id, "thread_id"),
                 user_id=row.user_id or None,
                 agent_name=row.agent_name or None,
-                messages=decode_messages(row.messages),
+                messages=decode_messages(
+                    None if row.messages is None else decode_text(row.messages, "messages")
+                ),
                 correction_detected=bool(row.correction_detected),
                 reinforcement_detected=bool(row.reinforcement_detected),
-                captured_at=as_utc(row.captured_at),
+                captured_at=decode_time(row.captured_at, "captured_at"),
                 tenant_id=row.tenant_id,
                 kind=row.kind,
             )
@@ -172,6 +204,42 @@ def _scope_claim(rows: list[Any], token: str) -> ScopeClaim:
             continue
         leased.append(LeasedConversation(conversation, lease, row.attempts, row.failures))
     return ScopeClaim(first.user_id, first.agent_name, token, leased, undecodable, tenant_id=first.tenant_id)
+
+
+def decode_text(raw: str | bytes | None, column: str) -> str:
+    """A text column as stored: SQLite's claim reads them as bytes (the driver would fail the
+    whole claim on one that is not UTF-8). The error names the column, never its content."""
+    if isinstance(raw, str):
+        return raw
+    if raw is None:
+        raise ValueError(f"{column} is NULL")
+    try:
+        return bytes(raw).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{column} is not UTF-8 text") from None
+
+
+def decode_time(raw: datetime | bytes | None, column: str) -> datetime:
+    """A time column as stored, in UTC: a datetime (PostgreSQL), bytes of SQLAlchemy's text form
+    (SQLite), or None (PostgreSQL's ``infinity``, which the driver cannot load)."""
+    if isinstance(raw, datetime):
+        return as_utc(raw)
+    text = decode_text(raw, column) if raw is not None else None
+    try:
+        value = None if text is None else _SQLITE_TIME(text)
+    except (ValueError, TypeError):
+        value = None
+    if not isinstance(value, datetime):
+        raise ValueError(f"{column} is not a time")
+    return as_utc(value)
+
+
+def _due(raw: datetime | bytes | None) -> datetime:
+    """A row's ``due_at``, which orders the claim's rows; ``_NOT_A_TIME`` (first) when it is not one."""
+    try:
+        return decode_time(raw, "due_at")
+    except ValueError:
+        return _NOT_A_TIME
 
 
 def decode_messages(raw: str | None) -> list[dict[str, str]]:

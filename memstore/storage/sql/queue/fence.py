@@ -9,8 +9,9 @@ takeover waits for a settle in progress.
 
 The settle of a claim's last row gives the claim back in its own transaction
 (``QueueLease.releases_claim``): the claim row goes, or stays expired as the scope's last
-service while the scope has other rows waiting (claims serve the least recently served scope
-first). Claims are locked before queue rows here too, the order every queue writer keeps; the
+service while the scope has other rows waiting (claims serve the scope that has waited longest
+first). Claims are locked before queue rows here too, the order every queue writer keeps but a
+claim, which locks its candidate's queue row first and waits for neither (``claim_sql.py``); the
 release is then the fence, so the row's own statement needs none.
 
 A completion runs inside every save, so its statements are built once per dialect and shape

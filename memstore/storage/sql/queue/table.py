@@ -288,10 +288,11 @@ def reschedule(
 def release(conn: Connection, token: str, *, now: datetime) -> int:
     """Give back a claim and any row still leased under it (shutdown); returns the rows released.
 
-    The claim goes first: heartbeats and claims lock claims before rows, and so does this. The
-    release does not count as an attempt. While the scope has rows left, its claim row stays,
-    expired and under a token nobody holds, as the scope's last service (claims serve the least
-    recently served scope first); a scope with nothing queued keeps no row, and so no user id.
+    The claim goes first: heartbeats and settles lock claims before rows, and so does this (a
+    claim, which locks a queue row first, waits for neither). The release does not count as an
+    attempt. While the scope has rows left, its claim row stays, expired and under a token nobody
+    holds, as the scope's last service (claims serve the scope that has waited longest since its
+    last service first); a scope with nothing queued keeps no row, and so no user id.
     """
     orphan = uuid.uuid4().hex
     scope = conn.execute(
